@@ -1,0 +1,51 @@
+"""Read a Hugging Face model directory: config, (sharded) safetensors, generation config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from inference.model.config import ModelConfig
+
+from .weights import WeightError
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def read_hf_config(directory: str | Path) -> ModelConfig:
+    """`config.json` (+ `generation_config.json` eos ids) -> `ModelConfig`."""
+    directory = Path(directory)
+    cfg = _read_json(directory / "config.json")
+    if not cfg:
+        raise WeightError(f"{directory} has no config.json")
+    return ModelConfig.from_hf_config(cfg, _read_json(directory / "generation_config.json"))
+
+
+def safetensors_files(directory: str | Path) -> list[Path]:
+    """The shards named by `model.safetensors.index.json`, else every `*.safetensors` file."""
+    directory = Path(directory)
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(_read_json(index)["weight_map"].values()))
+        files = [directory / n for n in names]
+    else:
+        files = sorted(directory.glob("*.safetensors"))
+    missing = [f for f in files if not f.is_file()]
+    if not files or missing:
+        raise WeightError(f"{directory}: no safetensors weights found (missing: {missing})")
+    return files
+
+
+def read_hf_tensors(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of the checkpoint, by their HF names (memory-mapped where possible)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for path in safetensors_files(directory):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+    return tensors

@@ -1,0 +1,57 @@
+"""Grouped-query self-attention over a paged KV cache."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kernels
+
+from .config import ModelConfig
+from .metadata import AttentionMetadata
+
+
+class Attention(nn.Module):
+    """Fused-QKV attention with rotary embeddings; K/V are written into the paged cache.
+
+    The Q/K/V projections live in one `[q_size + 2 * kv_size, hidden]` weight so a step does one
+    matmul instead of three; q/k/v are views into its output (no copies).
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.q_size = config.q_size
+        self.kv_size = config.kv_size
+        self.scale = config.head_dim ** -0.5
+        qkv_out = self.q_size + 2 * self.kv_size
+        self.qkv_weight = nn.Parameter(torch.empty(qkv_out, config.hidden_size),
+                                       requires_grad=False)
+        self.qkv_bias = (nn.Parameter(torch.empty(qkv_out), requires_grad=False)
+                         if config.attention_bias else None)
+        self.o_weight = nn.Parameter(torch.empty(config.hidden_size, self.q_size),
+                                     requires_grad=False)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, cos_sin_cache: torch.Tensor,
+                kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata) -> torch.Tensor:
+        """`hidden` `[T, hidden]` -> `[T, hidden]`; writes this step's K/V into `kv_cache`."""
+        num_tokens = hidden.shape[0]
+        qkv = F.linear(hidden, self.qkv_weight, self.qkv_bias)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)      # [T, H, D]
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, KVH, D]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        kernels.rotary_embedding(positions, q, k, cos_sin_cache)
+        k_cache, v_cache = kv_cache
+        kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        if meta.is_decode_only:
+            out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
+                                                 meta.seq_lens, self.scale)
+        else:
+            out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
+                                                  meta.query_start_loc, meta.seq_lens, self.scale)
+        return F.linear(out.reshape(num_tokens, self.q_size), self.o_weight)

@@ -1,0 +1,134 @@
+"""Llama-family decoder (SmolLM2, Llama 2/3, Mistral) over a flat batch of tokens."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kernels
+
+from .attention import Attention
+from .config import ModelConfig
+from .metadata import AttentionMetadata
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: RMSNorm -> attention -> add&RMSNorm -> SwiGLU MLP.
+
+    The residual add is fused into the next norm (`kernels.rms_norm(x, w, eps, residual)`), so a
+    layer returns `(hidden, residual)` and the caller adds the last residual in `norm_out`.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.eps = config.rms_norm_eps
+        self.input_norm = _param(config.hidden_size)
+        self.attn = Attention(config)
+        self.post_attn_norm = _param(config.hidden_size)
+        self.gate_up_weight = _param(2 * config.intermediate_size, config.hidden_size)
+        self.down_weight = _param(config.hidden_size, config.intermediate_size)
+        self.cos_sin_cache: torch.Tensor | None = None  # shared with the model, set by it
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
+                residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
+        if residual is None:
+            residual = hidden
+            hidden = kernels.rms_norm(hidden, self.input_norm, self.eps)
+        else:
+            hidden, residual = kernels.rms_norm(hidden, self.input_norm, self.eps, residual)
+        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta)
+        hidden, residual = kernels.rms_norm(hidden, self.post_attn_norm, self.eps, residual)
+        hidden = kernels.silu_and_mul(F.linear(hidden, self.gate_up_weight))
+        return F.linear(hidden, self.down_weight), residual
+
+
+class LlamaModel(nn.Module):
+    """The decoder plus embeddings and LM head.
+
+    `forward` runs every layer; the runner may instead call `embed`, iterate `layers` and finish
+    with `norm_out` to pause between layers. Weights are plain parameters in the fused layout
+    (see `inference.loaders.weights`); build on the meta device and load with `assign=True`.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = _param(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = _param(config.hidden_size)
+        self.lm_head = None if config.tie_word_embeddings else _param(config.vocab_size,
+                                                                      config.hidden_size)
+        self.cos_sin_cache: torch.Tensor | None = None
+
+    def init_rotary(self, device: torch.device | str | None = None) -> None:
+        """(Re)build the rotary cache on `device`; call after the weights are in place."""
+        device = device if device is not None else self.embed_tokens.device
+        cfg = self.config
+        # float32 even for bf16 models: positions far into the context need the precision.
+        self.cos_sin_cache = kernels.build_cos_sin_cache(
+            cfg.head_dim, cfg.max_position, cfg.rope_theta, device, torch.float32,
+            scaling=cfg.rope_scaling)
+        for layer in self.layers:
+            layer.cos_sin_cache = self.cos_sin_cache
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`[T]` int64 -> `[T, hidden]`."""
+        return F.embedding(input_ids, self.embed_tokens)
+
+    def norm_out(self, hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """Final residual add + RMSNorm after the last layer."""
+        if residual is None:
+            return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps)
+        return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps, residual)[0]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled."""
+        weight = self.embed_tokens if self.lm_head is None else self.lm_head
+        return F.linear(hidden, weight)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                meta: AttentionMetadata) -> torch.Tensor:
+        """Run all layers over a flat batch.
+
+        Args:
+            input_ids: `[T]` int64 token ids, grouped by sequence as `meta` describes.
+            positions: `[T]` int64 position of each token in its sequence.
+            kv_caches: one `(k_cache, v_cache)` per layer, each
+                `[num_blocks, block_size, num_kv_heads, head_dim]`.
+        Returns:
+            `[T, hidden]` final hidden states (feed chosen rows to `compute_logits`).
+        """
+        hidden = self.embed(input_ids)
+        residual = None
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        return self.norm_out(hidden, residual)
+
+    def kv_cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
+        """Shape of one layer's key (or value) cache."""
+        return (num_blocks, block_size, self.config.num_kv_heads, self.config.head_dim)
+
+    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes one block takes across all layers, keys and values."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        cfg = self.config
+        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * itemsize
+
+    def allocate_kv_caches(self, num_blocks: int, block_size: int,
+                           dtype: torch.dtype | None = None,
+                           device: torch.device | str | None = None
+                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Zeroed per-layer caches (convenience for tests and simple generation)."""
+        dtype = dtype or self.embed_tokens.dtype
+        device = device or self.embed_tokens.device
+        shape = self.kv_cache_shape(num_blocks, block_size)
+        return [(torch.zeros(shape, dtype=dtype, device=device),
+                 torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]
