@@ -1,0 +1,43 @@
+"""The scheduler's decisions, as values: the engine executes a plan, the simulator replays it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inference.kv.block_manager import BlockCopy
+from inference.request import TierChange
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSeq:
+    """Compute tokens ``start .. start + num_tokens`` of a sequence this step.
+
+    ``sample`` is True when the chunk ends at the sequence's last known token, so the step
+    yields its next token.
+    """
+
+    seq_id: str
+    start: int
+    num_tokens: int
+    sample: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    scheduled: tuple[ScheduledSeq, ...] = ()
+    block_copies: tuple[BlockCopy, ...] = ()
+    preempted: tuple[str, ...] = ()
+    tier_changes: tuple[tuple[str, TierChange], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()  # (seq id, reason) dropped by the scheduler
+    num_batched_tokens: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What ``Scheduler.update`` folds back: sequences that finished this step."""
+
+    finished: list = field(default_factory=list)

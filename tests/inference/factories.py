@@ -1,0 +1,46 @@
+"""Factories for scheduler and cache tests: plain sequences, no tensors behind the blocks."""
+
+from __future__ import annotations
+
+from inference.kv.block_manager import BlockManager
+from inference.request import EngineRequest, SamplingParams, Tier
+from inference.scheduler import SchedulerConfig
+from inference.scheduler import make_scheduler as _make
+from inference.sequence import Sequence, sequences_from_request
+
+EOS = 0
+
+
+def make_scheduler(policy: str = "fcfs", *, num_blocks: int = 64, block_size: int = 4,
+                   prefix_caching: bool = True, **config):
+    config.setdefault("max_num_batched_tokens", 32)
+    config.setdefault("long_prefill_chunk", min(16, config["max_num_batched_tokens"]))
+    config.setdefault("max_model_len", num_blocks * block_size)
+    kv = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
+    return _make(policy, SchedulerConfig(**config), kv)
+
+
+def make_request(rid: str, prompt_len: int = 8, max_tokens: int = 4, *, tier=Tier.HOT,
+                 n: int = 1, arrival: float = 0.0, salt: str = "t", first_token: int = 1,
+                 deadline: float | None = None) -> list[Sequence]:
+    prompt = [first_token + (i % 50) for i in range(prompt_len)]
+    req = EngineRequest(rid, SamplingParams(max_tokens=max_tokens, n=n), prompt_token_ids=prompt,
+                        tier=tier, tenant_id=salt, arrival_time=arrival, deadline=deadline)
+    return sequences_from_request(req, prompt, frozenset({EOS}))
+
+
+def make_requests(count: int, **kwargs) -> list[list[Sequence]]:
+    return [make_request(f"r{i}", arrival=float(i), **kwargs) for i in range(count)]
+
+
+def run_to_completion(sched, token: int = 7, max_steps: int = 10_000, now: float = 0.0):
+    """Step until idle, sampling ``token`` everywhere; returns (plans, finished seqs)."""
+    plans, finished = [], []
+    for step in range(max_steps):
+        if not sched.has_work():
+            return plans, finished
+        plan = sched.schedule(now + step)
+        sampled = {s.seq_id: token for s in plan.scheduled if s.sample}
+        finished += sched.update(plan, sampled, now + step).finished
+        plans.append(plan)
+    raise AssertionError("scheduler did not drain")
