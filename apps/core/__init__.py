@@ -1,0 +1,1 @@
+"""Platform-level app: health/readiness, the component lifecycle and the ``serve`` command."""

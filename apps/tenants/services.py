@@ -1,0 +1,103 @@
+"""Writes for tenants, members and API keys. Keyword-only and typed; views and admin call these."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.tenants import keys
+from apps.tenants.models import ApiKey, Membership, Tenant, Tier
+
+_PREFIX_ATTEMPTS = 5
+
+
+def tenant_create(*, name: str, slug: str, is_active: bool = True) -> Tenant:
+    tenant = Tenant(name=name, slug=slug, is_active=is_active)
+    tenant.full_clean()
+    tenant.save()
+    return tenant
+
+
+def member_add(
+    *, tenant: Tenant, user: AbstractBaseUser, role: str = Membership.Role.MEMBER
+) -> Membership:
+    """Attach ``user`` to ``tenant`` (a user belongs to one tenant; re-adding updates the role)."""
+    membership, _ = Membership.objects.update_or_create(
+        user=user, defaults={"tenant": tenant, "role": role}
+    )
+    return membership
+
+
+def api_key_issue(*, api_key: ApiKey) -> str:
+    """Give an unsaved ``api_key`` a fresh prefix and secret hash, save it, return the plaintext.
+
+    The plaintext exists only in the return value: show it once, never store it.
+    """
+    for attempt in range(_PREFIX_ATTEMPTS):
+        prefix, secret = keys.new_prefix(), keys.new_secret()
+        api_key.prefix = prefix
+        api_key.secret_hash = keys.hash_key(prefix, secret)
+        try:
+            # The savepoint keeps a caller's transaction usable after a prefix collision.
+            with transaction.atomic():
+                api_key.save(force_insert=True)
+        except IntegrityError:
+            if attempt == _PREFIX_ATTEMPTS - 1:
+                raise
+            continue
+        return keys.format_key(prefix, secret)
+    raise AssertionError("unreachable")
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str = "",
+    default_tier: str = Tier.HOT,
+    expires_at: dt.datetime | None = None,
+    created_by: AbstractBaseUser | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key for ``tenant``; returns (key, plaintext). The plaintext is not stored."""
+    if default_tier not in Tier.values:
+        raise ValueError(f"unknown tier {default_tier!r}; expected one of {Tier.values}")
+    api_key = ApiKey(
+        tenant=tenant,
+        name=name,
+        default_tier=default_tier,
+        expires_at=expires_at,
+        created_by=created_by,
+    )
+    return api_key, api_key_issue(api_key=api_key)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    """Revoke ``api_key`` (idempotent: the first revocation time is kept)."""
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
+            revoked_at=api_key.revoked_at
+        )
+    return api_key
+
+
+def api_key_mark_used(*, api_key: ApiKey, now: dt.datetime | None = None) -> bool:
+    """Record use of ``api_key``, at most once per ``LASER_API_KEY_TOUCH_INTERVAL`` seconds.
+
+    Writing on every request would turn each authenticated call into a row update (and a lock);
+    the conditional UPDATE also keeps concurrent requests from writing twice.
+    """
+    now = now or timezone.now()
+    threshold = now - dt.timedelta(seconds=settings.LASER_API_KEY_TOUCH_INTERVAL)
+    if api_key.last_used_at is not None and api_key.last_used_at > threshold:
+        return False
+    updated = ApiKey.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lte=threshold), pk=api_key.pk
+    ).update(last_used_at=now)
+    if updated:
+        api_key.last_used_at = now
+    return bool(updated)

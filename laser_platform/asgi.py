@@ -1,0 +1,27 @@
+"""ASGI entry point: HTTP goes to Django (static files included), WebSocket to Channels."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "laser_platform.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+# Django must be set up before anything imports models (the routing modules do).
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from laser_platform.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        # Static files (admin CSS/JS) are served by the app itself so one process is enough in
+        # embedded mode; behind a proxy, serve `collectstatic` output from the proxy instead.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+    }
+)

@@ -1,0 +1,111 @@
+"""Default settings profile: development and the embedded single-process mode.
+
+Every value that differs between deployments comes from the environment through ``env``;
+the README lists each variable. ``production.py`` tightens this profile.
+"""
+
+from __future__ import annotations
+
+from laser_platform.settings._env import BASE_DIR, VAR_DIR, env  # noqa: F401 (settings)
+from laser_platform.settings.celery import *  # noqa: F403
+from laser_platform.settings.channels import *  # noqa: F403
+from laser_platform.settings.database import *  # noqa: F403
+from laser_platform.settings.inference import *  # noqa: F403
+
+# A fixed key is fine for a laptop; production.py refuses to start without a real one.
+SECRET_KEY: str = env("SECRET_KEY", "django-insecure-laser-development-key-do-not-use-in-prod")
+# API key hashes are keyed with this; set it explicitly to rotate SECRET_KEY without
+# invalidating every issued API key.
+LASER_API_KEY_PEPPER: str = env("LASER_API_KEY_PEPPER", "") or SECRET_KEY
+DEBUG: bool = env("DEBUG", False, bool)
+ALLOWED_HOSTS: list[str] = env("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"], list)
+CSRF_TRUSTED_ORIGINS: list[str] = env("CSRF_TRUSTED_ORIGINS", [], list)
+
+DJANGO_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+THIRD_PARTY_APPS = ["rest_framework", "channels"]
+# Laser's own apps, in dependency order. Add a new app here (one line each).
+LASER_APPS = [
+    "apps.core",
+    "apps.tenants",
+]
+INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "laser_platform.urls"
+ASGI_APPLICATION = "laser_platform.asgi.application"
+APPEND_SLASH = False  # OpenAI clients POST to exact paths; a redirect would drop the body.
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+# Process model. LASER_EMBEDDED is switched on by `manage.py serve` (see manage.py) so that
+# tests and other management commands never start the engine or a worker thread.
+LASER_EMBEDDED: bool = env("LASER_EMBEDDED", False, bool)
+LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
+# last_used_at is written at most this often per key, not on every request.
+LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
+
+LOG_LEVEL: str = env(
+    "LOG_LEVEL", "INFO", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,20 @@
+"""Engine settings. Read by the web side and passed to ``inference/`` as plain values
+(``inference/`` never imports Django settings itself)."""
+
+from __future__ import annotations
+
+from laser_platform.settings._env import env
+
+# A name the engine knows (the bundled default) or a path to a GGUF / safetensors checkpoint.
+LASER_MODEL: str = env("LASER_MODEL", "smollm2-135m-instruct")
+# "embedded": the engine runs on a thread of the serving process (the one-command default).
+# "remote": web processes reach engine worker processes over the Redis channel layer.
+LASER_ENGINE_MODE: str = env("LASER_ENGINE_MODE", "embedded", choices=("embedded", "remote"))
+LASER_DEVICE: str = env("LASER_DEVICE", "auto", choices=("auto", "cpu", "cuda"))
+LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 256, int)
+LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, int)
+LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 32, int)
+LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, int)
+LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
+# Name of the channel-layer group engine workers listen on in remote mode.
+LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")

@@ -1,0 +1,15 @@
+"""Project URLs. Apps own their routes; add an app's urls module here with one ``include``."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("apps.core.urls")),
+    path("", include("apps.tenants.urls")),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "laser_platform.errors.handler404"
+handler500 = "laser_platform.errors.handler500"
