@@ -11,6 +11,7 @@ from laser_platform.settings.celery import *  # noqa: F403
 from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
 from laser_platform.settings.inference import *  # noqa: F403
+from laser_platform.settings.slo import *  # noqa: F403
 
 # A fixed key is fine for a laptop; production.py refuses to start without a real one.
 SECRET_KEY: str = env("SECRET_KEY", "django-insecure-laser-development-key-do-not-use-in-prod")
@@ -34,6 +35,7 @@ THIRD_PARTY_APPS = ["rest_framework", "channels"]
 LASER_APPS = [
     "apps.core",
     "apps.tenants",
+    "apps.slo",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 

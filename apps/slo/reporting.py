@@ -1,0 +1,266 @@
+"""The one way a finished request (any outcome) reaches the SLO books.
+
+``report_request`` only appends to an in-process buffer, so it is cheap and safe on the hot
+path, from async code (no ORM on the caller's thread) and from sync code. A daemon thread writes
+the buffer in batches (``bulk_create``); the lifecycle stop hook and an ``atexit`` handler flush
+what is left, so a clean shutdown loses nothing. ``flush_reports()`` writes synchronously (tests,
+shutdown). Settings: ``LASER_SLO_AUTOFLUSH`` (start the thread), ``LASER_SLO_FLUSH_INTERVAL_S``,
+``LASER_SLO_FLUSH_BATCH``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from apps.slo.models import Outcome
+
+logger = logging.getLogger(__name__)
+
+TIERS = ("hot", "warm", "cold")
+OUTCOMES = frozenset(Outcome.values)
+# A batch that failed to write (e.g. the database was briefly locked) is retried this often.
+_MAX_ATTEMPTS = 3
+
+Timestamp = float | dt.datetime | None
+
+
+@dataclass(slots=True)
+class RequestReport:
+    """Everything the platform keeps about one finished request.
+
+    Times are ``time.time()`` floats (or aware datetimes); durations are seconds. ``outcome`` is
+    one of ``ok``, ``interrupted``, ``rejected_429``, ``rejected_503``, ``rejected_400``,
+    ``error``, ``cancelled``, ``expired``. ``deadline`` (cold lines) and ``queue_s`` (arrival to
+    first schedule) are optional extras.
+    """
+
+    request_id: str
+    tenant_id: int | str
+    tier_asked: str
+    outcome: str
+    arrival: Timestamp
+    finished_at: Timestamp
+    api_key_id: int | None = None
+    contract_version_id: int | None = None
+    tier_served: str | None = None
+    demoted: bool = False
+    endpoint: str = ""
+    streamed: bool = False
+    first_token_at: Timestamp = None
+    ttft_s: float | None = None
+    tbt_p50_s: float | None = None
+    tbt_p99_s: float | None = None
+    tbt_max_s: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    replica: str = ""
+    batch_id: str | None = None
+    error_code: str = ""
+    deadline: Timestamp = None
+    queue_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # Fail in the caller's tests, not silently in the writer thread.
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}; one of {sorted(OUTCOMES)}")
+        if self.tier_asked not in TIERS or (self.tier_served or "hot") not in TIERS:
+            raise ValueError(f"unknown tier {self.tier_asked!r}/{self.tier_served!r}")
+        if self.tier_served is None:
+            self.tier_served = self.tier_asked
+        if self.ttft_s is None and self.first_token_at is not None and self.arrival is not None:
+            self.ttft_s = max(0.0, _epoch(self.first_token_at) - _epoch(self.arrival))
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """A cold job (one batch) as the batches app sees it; report on every status change.
+
+    The latest report per ``batch_id`` wins. ``finished_at`` is None until the batch is done.
+    """
+
+    batch_id: str
+    tenant_id: int | str
+    created_at: Timestamp
+    deadline: Timestamp
+    status: str
+    total: int
+    completed: int = 0
+    failed: int = 0
+    finished_at: Timestamp = None
+    contract_version_id: int | None = None
+
+
+def _epoch(value: float | dt.datetime) -> float:
+    return value.timestamp() if isinstance(value, dt.datetime) else float(value)
+
+
+def to_datetime(value: Timestamp) -> dt.datetime | None:
+    """A report timestamp as an aware UTC datetime."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
+
+
+# --- statistics shared by everyone who measures ---------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile: the smallest value with at least ``q`` % of values ≤ it.
+
+    ``percentile([1..100], 99) == 99``; ``None`` for no values. Nearest rank never interpolates,
+    so a reported P99 is always a latency that some request actually saw.
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def tbt_stats(
+    token_times: Sequence[float] | Sequence[Sequence[float]],
+) -> tuple[float | None, float | None, float | None]:
+    """(p50, p99, max) of the gaps between consecutive tokens, in seconds.
+
+    ``token_times`` are the per-token ``time.time()`` stamps of one choice, or a list of such
+    lists (n > 1 choices: gaps are pooled, never taken across choices). The first token's wait
+    is TTFT, not TBT. Fewer than two tokens → ``(None, None, None)``.
+    """
+    streams = token_times if token_times and isinstance(token_times[0], Sequence) else [token_times]
+    gaps = [b - a for times in streams for a, b in zip(times, times[1:])]
+    if not gaps:
+        return None, None, None
+    return percentile(gaps, 50), percentile(gaps, 99), max(gaps)
+
+
+# --- the buffer -----------------------------------------------------------------------------
+
+
+class _Reporter:
+    def __init__(self) -> None:
+        self._buffer: deque[tuple[RequestReport | BatchReport, int]] = deque()
+        self._lock = threading.Lock()  # guards the buffer and the thread handle
+        self._write_lock = threading.Lock()  # one writer at a time: flush() waits for the thread
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def enqueue(self, item: RequestReport | BatchReport) -> None:
+        with self._lock:
+            self._buffer.append((item, 0))
+            size = len(self._buffer)
+            if self._thread is None and getattr(settings, "LASER_SLO_AUTOFLUSH", True):
+                self._start_locked()
+        if size >= _setting("LASER_SLO_FLUSH_BATCH", 200):
+            self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._start_locked()
+
+    def _start_locked(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="slo-reports", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer thread and write everything still buffered."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            self._wake.set()
+            thread.join(timeout=30)
+        self.flush()
+
+    def _run(self) -> None:
+        from django.db import close_old_connections, connection
+
+        interval = _setting("LASER_SLO_FLUSH_INTERVAL_S", 1.0)
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            close_old_connections()
+            try:
+                self.flush(raise_errors=False)
+            except Exception:  # the thread must survive anything
+                logger.exception("SLO report writer failed")
+        connection.close()
+
+    def flush(self, *, raise_errors: bool = True) -> int:
+        """Write every buffered report; returns how many were written."""
+        from apps.slo import writer
+
+        written = 0
+        with self._write_lock:
+            while True:
+                with self._lock:
+                    batch = [self._buffer.popleft() for _ in range(min(len(self._buffer), 500))]
+                if not batch:
+                    return written
+                try:
+                    written += writer.write_batch([item for item, _ in batch])
+                except Exception:
+                    retry = [(item, n + 1) for item, n in batch if n + 1 < _MAX_ATTEMPTS]
+                    logger.warning("SLO reports not written (%d will be retried)", len(retry),
+                                   exc_info=True)
+                    with self._lock:
+                        self._buffer.extendleft(reversed(retry))
+                    if raise_errors:
+                        raise
+                    return written
+
+
+def _setting(name: str, default):
+    return getattr(settings, name, default)
+
+
+_reporter = _Reporter()
+
+
+def report_request(report: RequestReport) -> None:
+    """Record one finished request. Never blocks on the database; never raises for I/O."""
+    _reporter.enqueue(report)
+
+
+def report_batch(report: BatchReport) -> None:
+    """Record a cold job's state (created, progressed, finished) through the same buffer."""
+    _reporter.enqueue(report)
+
+
+def flush_reports() -> int:
+    """Write all buffered reports now (sync code only). Returns the number written."""
+    return _reporter.flush()
+
+
+def pending_reports() -> int:
+    return _reporter.pending()
+
+
+def _flush_at_exit() -> None:
+    try:
+        _reporter.stop()
+    except Exception:
+        logger.exception("SLO reports could not be flushed at exit")
+
+
+def install() -> None:
+    """Hook the writer into the process (called once from ``AppConfig.ready``)."""
+    atexit.register(_flush_at_exit)
+    if getattr(settings, "LASER_EMBEDDED", False):
+        from apps.core.lifecycle import register_component
+
+        register_component("slo-reports", start=_reporter.start, stop=_reporter.stop)

@@ -1,0 +1,92 @@
+"""Writes for SLO contracts, and the reporting entry points every request path uses.
+
+``report_request`` / ``RequestReport`` / ``tbt_stats`` live in ``reporting`` and are re-exported
+here so callers import them from one place.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from apps.slo.models import ContractTerms, ContractVersion, SLOContract
+from apps.slo.reporting import (  # noqa: F401 (public API)
+    BatchReport,
+    RequestReport,
+    flush_reports,
+    percentile,
+    report_batch,
+    report_request,
+    tbt_stats,
+)
+from apps.slo.validation import validate_terms
+from apps.tenants.models import Tenant, Tier
+
+# The design's table, per tier. Fields not listed take the model defaults.
+DEFAULT_TERMS: dict[str, dict] = {
+    Tier.HOT: {"ttft_p99_s": 0.2, "tbt_p99_s": 0.1, "interruption_budget": 0.001},
+    Tier.WARM: {"warm_rate_tps": 20.0, "warm_band": 0.05, "warm_mean_ttft_s": 2.0},
+    Tier.COLD: {"cold_deadline_s": 4 * 3600.0, "cold_percentile": 99.0},
+}
+
+
+def _version_differs(contract: SLOContract) -> bool:
+    current = contract.current_version
+    return current is None or current.terms() != contract.terms()
+
+
+@transaction.atomic
+def contract_save(*, contract: SLOContract, created_by: str = "") -> SLOContract:
+    """Validate and save ``contract``; when its terms changed, freeze them as a new version.
+
+    Versions are never edited: history stays exactly what earlier requests were measured
+    against. Raises ``ValidationError`` with per-field messages.
+    """
+    errors = validate_terms(contract.terms())
+    if errors:
+        raise ValidationError(errors)
+    contract.save()
+    if _version_differs(contract):
+        last = contract.versions.order_by("-number").values_list("number", flat=True).first()
+        version = ContractVersion.objects.create(
+            contract=contract, number=(last or 0) + 1, created_by=created_by[:150],
+            **contract.terms(),
+        )
+        contract.current_version = version
+        contract.save(update_fields=["current_version", "updated_at"])
+    return contract
+
+
+def contract_create(
+    *, tenant: Tenant, tier: str, created_by: str = "", **terms: object
+) -> SLOContract:
+    """A new contract for ``tenant`` and ``tier`` (defaults from the design's table)."""
+    unknown = set(terms) - set(ContractTerms.TERM_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown contract terms: {sorted(unknown)}")
+    values = {**DEFAULT_TERMS.get(tier, {}), **terms}
+    return contract_save(
+        contract=SLOContract(tenant=tenant, tier=tier, **values), created_by=created_by
+    )
+
+
+def contract_update(*, contract: SLOContract, created_by: str = "", **terms: object) -> SLOContract:
+    """Change some terms of ``contract``; creates a new version when anything changed."""
+    unknown = set(terms) - set(ContractTerms.TERM_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown contract terms: {sorted(unknown)}")
+    for name, value in terms.items():
+        setattr(contract, name, value)
+    return contract_save(contract=contract, created_by=created_by)
+
+
+def contracts_ensure_defaults(*, tenant: Tenant) -> list[SLOContract]:
+    """Give ``tenant`` a default contract for every tier it lacks (``bootstrap_demo`` calls this).
+
+    Existing contracts are left as they are. Returns the tenant's contracts, hot → cold.
+    """
+    existing = {c.tier: c for c in SLOContract.objects.filter(tenant=tenant)}
+    for tier in (Tier.HOT, Tier.WARM, Tier.COLD):
+        if tier not in existing:
+            existing[tier] = contract_create(tenant=tenant, tier=tier, created_by="defaults")
+    return [existing[t] for t in (Tier.HOT, Tier.WARM, Tier.COLD)]
