@@ -10,6 +10,7 @@ from laser_platform.settings._env import BASE_DIR, VAR_DIR, env  # noqa: F401 (s
 from laser_platform.settings.celery import *  # noqa: F403
 from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
+from laser_platform.settings.gateway import *  # noqa: F403
 from laser_platform.settings.inference import *  # noqa: F403
 from laser_platform.settings.slo import *  # noqa: F403
 
@@ -35,6 +36,7 @@ THIRD_PARTY_APPS = ["rest_framework", "channels"]
 LASER_APPS = [
     "apps.core",
     "apps.tenants",
+    "apps.gateway",
     "apps.slo",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class GatewayConfig(AppConfig):
+    name = "apps.gateway"
+    label = "gateway"
+    verbose_name = "Gateway"
+
+    def ready(self) -> None:
+        from apps.gateway import lifecycle
+
+        lifecycle.install()

@@ -1,0 +1,187 @@
+"""Per-tenant, per-tier fixed-window counters: requests/min, tokens/min and tokens/day.
+
+With ``LASER_RATELIMIT_REDIS_URL`` (default ``REDIS_URL``) set, one Lua script checks and
+reserves atomically, so N web processes share one budget; without it an in-process counter does
+the same for the single embedded process.
+
+Tokens are *reserved* at admission (an estimate: prompt characters / 4 plus ``max_tokens`` × n)
+and *settled* when the request ends with the real count, so concurrent requests cannot overrun
+tokens/min while each is still running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from django.conf import settings
+
+# Returns {0} admitted, {1, retry_after_s} rate-limited, {2} daily budget spent.
+_ADMIT_LUA = """
+local budget, rpm, tpm, est = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4])
+local day = tonumber(redis.call('GET', KEYS[3]) or '0')
+if budget >= 0 and day >= budget then return {2, 0} end
+local r = tonumber(redis.call('GET', KEYS[1]) or '0')
+if rpm >= 0 and r >= rpm then return {1, 1} end
+local t = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tpm >= 0 and t > 0 and t + est > tpm then return {1, 2} end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], 120)
+redis.call('INCRBY', KEYS[2], est)
+redis.call('EXPIRE', KEYS[2], 120)
+return {0, 0}
+"""
+
+ADMITTED, LIMITED, QUOTA = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """``None`` means unlimited."""
+
+    requests_per_min: int | None
+    tokens_per_min: int | None
+    daily_token_budget: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """An admitted request's reservation, handed back to ``settle``."""
+
+    minute_key: str
+    day_key: str
+    reserved_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: int
+    retry_after_s: float = 0.0
+    which: str = ""
+    ticket: Ticket | None = None
+
+
+def _keys(tenant_id: str, tier: str, now: float) -> tuple[str, str, str]:
+    minute = int(now // 60)
+    day = time.strftime("%Y%m%d", time.gmtime(now))
+    base = f"laser:rl:{tenant_id}:{tier}"
+    return f"{base}:r:{minute}", f"{base}:t:{minute}", f"{base}:d:{day}"
+
+
+def _limit(value: int | None) -> int:
+    return -1 if value is None else int(value)
+
+
+class MemoryLimiter:
+    """The embedded fallback: the same semantics as the Lua script, under a lock."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, key: str, now: float) -> int:
+        value, expires = self._counts.get(key, (0, 0.0))
+        return value if expires > now else 0
+
+    def _add(self, key: str, amount: int, now: float, ttl: float) -> None:
+        self._counts[key] = (self._get(key, now) + amount, now + ttl)
+
+    def check(self, tenant_id: str, tier: str, limits: Limits, est: int, now: float) -> Verdict:
+        rkey, tkey, dkey = _keys(tenant_id, tier, now)
+        with self._lock:
+            if len(self._counts) > 10_000:
+                self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
+            budget = _limit(limits.daily_token_budget)
+            if budget >= 0 and self._get(dkey, now) >= budget:
+                return Verdict(QUOTA)
+            rpm, tpm = _limit(limits.requests_per_min), _limit(limits.tokens_per_min)
+            if rpm >= 0 and self._get(rkey, now) >= rpm:
+                return Verdict(LIMITED, _window_left(now), "requests")
+            used = self._get(tkey, now)
+            if tpm >= 0 and used > 0 and used + est > tpm:
+                return Verdict(LIMITED, _window_left(now), "tokens")
+            self._add(rkey, 1, now, 120)
+            self._add(tkey, est, now, 120)
+        return Verdict(ADMITTED, ticket=Ticket(tkey, dkey, est))
+
+    def settle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
+        with self._lock:
+            self._add(ticket.minute_key, actual_tokens - ticket.reserved_tokens, now, 120)
+            self._add(ticket.day_key, actual_tokens, now, 2 * 86400)
+
+
+class RedisLimiter:
+    """Atomic across processes; sync (``check``/``settle``) and async (``acheck``/``asettle``)."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+        import redis.asyncio as aredis
+
+        self._sync = redis.Redis.from_url(url)
+        self._url = url
+        self._aredis = aredis
+        self._async: dict[int, object] = {}  # one client per event loop
+        self._script = self._sync.register_script(_ADMIT_LUA)
+
+    def _aclient(self):
+        import asyncio
+
+        loop_id = id(asyncio.get_running_loop())
+        client = self._async.get(loop_id)
+        if client is None:
+            client = self._async[loop_id] = self._aredis.Redis.from_url(self._url)
+        return client
+
+    @staticmethod
+    def _args(limits: Limits, est: int) -> list[int]:
+        return [_limit(limits.daily_token_budget), _limit(limits.requests_per_min),
+                _limit(limits.tokens_per_min), est]
+
+    @staticmethod
+    def _verdict(result: list, keys: tuple[str, str, str], est: int, now: float) -> Verdict:
+        status, which = int(result[0]), int(result[1])
+        if status == QUOTA:
+            return Verdict(QUOTA)
+        if status == LIMITED:
+            return Verdict(LIMITED, _window_left(now), "requests" if which == 1 else "tokens")
+        return Verdict(ADMITTED, ticket=Ticket(keys[1], keys[2], est))
+
+    def check(self, tenant_id: str, tier: str, limits: Limits, est: int, now: float) -> Verdict:
+        keys = _keys(tenant_id, tier, now)
+        result = self._script(keys=list(keys), args=self._args(limits, est))
+        return self._verdict(result, keys, est, now)
+
+    async def acheck(self, tenant_id: str, tier: str, limits: Limits, est: int,
+                     now: float) -> Verdict:
+        keys = _keys(tenant_id, tier, now)
+        client = self._aclient()
+        result = await client.eval(_ADMIT_LUA, 3, *keys, *self._args(limits, est))
+        return self._verdict(result, keys, est, now)
+
+    def settle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
+        pipe = self._sync.pipeline()
+        pipe.incrby(ticket.minute_key, actual_tokens - ticket.reserved_tokens)
+        pipe.incrby(ticket.day_key, actual_tokens)
+        pipe.expire(ticket.day_key, 2 * 86400)
+        pipe.execute()
+
+    async def asettle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
+        pipe = self._aclient().pipeline()
+        pipe.incrby(ticket.minute_key, actual_tokens - ticket.reserved_tokens)
+        pipe.incrby(ticket.day_key, actual_tokens)
+        pipe.expire(ticket.day_key, 2 * 86400)
+        await pipe.execute()
+
+
+def _window_left(now: float) -> float:
+    return 60.0 - (now % 60.0)
+
+
+@lru_cache(maxsize=1)
+def get_limiter() -> MemoryLimiter | RedisLimiter:
+    """The process's limiter: Redis when configured, else in-process."""
+    url = settings.LASER_RATELIMIT_REDIS_URL
+    return RedisLimiter(url) if url else MemoryLimiter()

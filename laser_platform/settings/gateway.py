@@ -1,0 +1,27 @@
+"""Gateway settings: request limits, admission, WebSocket backpressure, remote engine workers."""
+
+from __future__ import annotations
+
+from laser_platform.settings._env import env
+
+# The id `/v1/models` lists and requests must send as `model`.
+LASER_SERVED_MODEL_ID: str = env("LASER_SERVED_MODEL_ID", "smollm2-135m-instruct")
+# max_tokens when a request leaves it open (shrunk to what the context has left).
+LASER_DEFAULT_MAX_TOKENS: int = env("LASER_DEFAULT_MAX_TOKENS", 512, int)
+# Largest JSON body the REST endpoints read; bigger ones get 413 without being parsed.
+LASER_MAX_REQUEST_BYTES: int = env("LASER_MAX_REQUEST_BYTES", 1024 * 1024, int)
+# Requests one web process serves at once; past it new ones get 503 before any work.
+LASER_GATEWAY_MAX_INFLIGHT: int = env("LASER_GATEWAY_MAX_INFLIGHT", 256, int)
+# Rate limits are shared through Redis when set (defaults to REDIS_URL), in-process otherwise.
+LASER_RATELIMIT_REDIS_URL: str = env("LASER_RATELIMIT_REDIS_URL", env("REDIS_URL", ""))
+# WebSocket: messages queued for a slow reader before the socket is closed with 4008.
+LASER_WS_SEND_QUEUE: int = env("LASER_WS_SEND_QUEUE", 256, int)
+# WebSocket: seconds an unauthenticated socket may wait before its first `auth` message.
+LASER_WS_AUTH_TIMEOUT: float = env("LASER_WS_AUTH_TIMEOUT", 10.0, float)
+# WebSocket: chat sessions kept per connection, and messages kept per session.
+LASER_WS_MAX_SESSIONS: int = env("LASER_WS_MAX_SESSIONS", 16, int)
+LASER_WS_MAX_HISTORY: int = env("LASER_WS_MAX_HISTORY", 64, int)
+# Remote engine workers: heartbeat period and how long a silent worker counts as alive.
+LASER_ENGINE_HEARTBEAT_S: float = env("LASER_ENGINE_HEARTBEAT_S", 1.0, float)
+LASER_ENGINE_WORKER_TTL_S: float = env("LASER_ENGINE_WORKER_TTL_S", 3.0, float)
+LASER_ENGINE_REDIS_URL: str = env("LASER_ENGINE_REDIS_URL", env("REDIS_URL", ""))
