@@ -49,3 +49,17 @@ def read_hf_tensors(directory: str | Path) -> dict[str, torch.Tensor]:
             for name in f.keys():
                 tensors[name] = f.get_tensor(name)
     return tensors
+
+
+def read_chat_template(directory: str | Path) -> str | None:
+    """`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template` (the default one
+    when it is a list of named templates)."""
+    directory = Path(directory)
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    template = _read_json(directory / "tokenizer_config.json").get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template

@@ -1,0 +1,150 @@
+"""Read a llama.cpp GGUF file: config, dequantised tensors (HF names) and tokenizer metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from inference.model.config import ModelConfig
+
+from .weights import WeightError
+
+SUPPORTED_TYPES = frozenset({
+    GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
+    GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
+})
+
+# GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
+                 "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+# Tensors llama.cpp stores that a Llama forward does not need (rope_freqs is derived from config).
+_IGNORED = ("rope_freqs.weight",)
+
+
+@dataclass(slots=True)
+class GGUFContents:
+    config: ModelConfig
+    tensors: dict[str, torch.Tensor]  # HF names, float32, Q/K rows back in HF order
+    metadata: dict[str, Any]          # every key/value field (tokenizer.*, general.*, ...)
+
+
+def gguf_hf_name(name: str) -> str | None:
+    """Map a GGUF tensor name to its HF name (None for tensors the model ignores)."""
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    if name in _IGNORED:
+        return None
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    raise WeightError(f"unknown GGUF tensor {name!r}")
+
+
+def unpermute_rotary(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation so HF's rotate_half rotary applies.
+
+    `convert_hf_to_gguf.py` interleaves each head's two rotary halves (rows `[h, 2, D/2]` become
+    `[h, D/2, 2]`) for GGML's adjacent-pair rope; this swaps them back.
+    """
+    rows = weight.shape[0]
+    return (weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:])
+            .transpose(1, 2).reshape(weight.shape))
+
+
+def read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        value = field.contents()
+        out[key] = value
+    return out
+
+
+def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelConfig:
+    """Build `ModelConfig` from llama.cpp metadata keys (`{arch}.block_count`, ...)."""
+    arch = meta.get("general.architecture", "llama")
+    if arch not in ("llama", "mistral"):
+        raise WeightError(f"GGUF architecture {arch!r} is not a Llama-family model")
+
+    def key(name: str, default: Any = None) -> Any:
+        value = meta.get(f"{arch}.{name}", default)
+        if value is None:
+            raise WeightError(f"GGUF metadata lacks {arch}.{name}")
+        return value
+
+    heads = int(key("attention.head_count"))
+    hidden = int(key("embedding_length"))
+    vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", ()))
+    scaling = None
+    if meta.get(f"{arch}.rope.scaling.type") not in (None, "none"):
+        scaling = {"rope_type": meta[f"{arch}.rope.scaling.type"],
+                   "factor": float(meta.get(f"{arch}.rope.scaling.factor", 1.0))}
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    return ModelConfig(
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        num_layers=int(key("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=int(key("attention.key_length", hidden // heads)),
+        # GGUF stores eps as float32 (9.99999975e-06); round back to the decimal it came from.
+        rms_norm_eps=float(f'{float(key("attention.layer_norm_rms_epsilon", 1e-5)):.6g}'),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        max_position=int(key("context_length", 2048)),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        attention_bias="blk.0.attn_q.bias" in tensor_names,
+        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_ids=() if eos is None else (int(eos),),
+        architecture=arch,
+    )
+
+
+def dequantize_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Tensor:
+    """One GGUF tensor -> float32 torch tensor in row-major `[rows, cols]` order."""
+    if qtype not in SUPPORTED_TYPES:
+        raise WeightError(f"GGUF tensor type {qtype.name} is not supported")
+    if qtype == GGMLQuantizationType.F32:
+        return torch.from_numpy(np.array(data, dtype=np.float32))
+    return torch.from_numpy(np.ascontiguousarray(dequantize(data, qtype), dtype=np.float32))
+
+
+def read_gguf(path: str | Path) -> GGUFContents:
+    """Dequantise every tensor of a GGUF to float32 under its HF name."""
+    reader = GGUFReader(str(path))
+    meta = read_metadata(reader)
+    config = config_from_metadata(meta, {t.name for t in reader.tensors})
+    tensors: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        name = gguf_hf_name(t.name)
+        if name is None:
+            continue
+        weight = dequantize_tensor(t.data, t.tensor_type)
+        if name.endswith(("q_proj.weight", "q_proj.bias")):
+            weight = unpermute_rotary(weight, config.num_heads)
+        elif name.endswith(("k_proj.weight", "k_proj.bias")):
+            weight = unpermute_rotary(weight, config.num_kv_heads)
+        tensors[name] = weight
+    return GGUFContents(config=config, tensors=tensors, metadata=meta)

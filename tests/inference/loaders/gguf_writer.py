@@ -1,0 +1,91 @@
+"""Write tiny GGUF files the way llama.cpp's converter does (test helper)."""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFWriter
+from gguf.quants import quantize
+
+# A 97-token byte-level vocabulary: 3 control tokens, then single characters, then merges.
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHARS = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789") + ["Ġ", "Ċ", "!", "?", ".", ","]
+MERGES = ["h e", "l l", "Ġ w", "o r", "he ll", "hell o", "Ġw or", "Ġwor l", "Ġworl d"]
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_vocab(size: int) -> list[str]:
+    merged = ["".join(m.split(" ")) for m in MERGES]
+    tokens = SPECIALS + CHARS + merged
+    filler = [f"<pad{i}>" for i in range(size - len(tokens))]
+    assert len(tokens) <= size, (len(tokens), size)
+    return tokens + filler
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """What convert_hf_to_gguf.py does to q/k rows (interleave the rotary halves per head)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def add_array(writer: GGUFWriter, name: str, array: np.ndarray, qtype: Q) -> None:
+    if qtype == Q.F32:
+        writer.add_tensor(name, array.astype(np.float32))
+    elif qtype == Q.F16:
+        writer.add_tensor(name, array.astype(np.float16))
+    else:
+        writer.add_tensor(name, quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
+
+
+def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = True) -> None:
+    """`hf_model` (a transformers LlamaForCausalLM) -> GGUF at `path`; matrices in `qtype`."""
+    cfg = hf_model.config
+    sd = {k: v.detach().float().numpy() for k, v in hf_model.state_dict().items()}
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    if with_tokenizer:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        tokens = tiny_vocab(cfg.vocab_size)
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+        w.add_token_merges(MERGES)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(False)
+        w.add_chat_template(TEMPLATE)
+    add_array(w, "token_embd.weight", sd["model.embed_tokens.weight"], qtype)
+    add_array(w, "output_norm.weight", sd["model.norm.weight"], Q.F32)
+    if not cfg.tie_word_embeddings:
+        add_array(w, "output.weight", sd["lm_head.weight"], qtype)
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for i in range(cfg.num_hidden_layers):
+        for hf_name, gg_name in names.items():
+            arr = sd[f"model.layers.{i}.{hf_name}.weight"]
+            if gg_name == "attn_q":
+                arr = llama_cpp_permute(arr, heads)
+            elif gg_name == "attn_k":
+                arr = llama_cpp_permute(arr, kv_heads)
+            add_array(w, f"blk.{i}.{gg_name}.weight", arr, Q.F32 if arr.ndim == 1 else qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
