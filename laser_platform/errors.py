@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def _first_error(detail: Any, path: tuple[str, ...] = ()) -> tuple[str | None, s
     """Walk a DRF ValidationError detail to its first message and the field path leading there."""
     if isinstance(detail, Mapping):
         for key, value in detail.items():
-            if key in ("non_field_errors", drf.api_settings.NON_FIELD_ERRORS_KEY):
+            if key in ("non_field_errors", api_settings.NON_FIELD_ERRORS_KEY):
                 return _first_error(value, path)
             return _first_error(value, (*path, str(key)))
     if isinstance(detail, (list, tuple)):

@@ -90,16 +90,22 @@ def tenant_factory(db: None) -> Callable[..., Any]:
 
 @pytest.fixture
 def user_factory(db: None) -> Callable[..., Any]:
-    """``user_factory(tenant=..., role="admin", is_staff=True)``; password is "pw"."""
+    """``user_factory(tenant=..., role="admin", is_staff=True)``. No usable password unless
+    ``password=`` is given (hashing one costs ~0.3 s; tests log in with ``force_login``)."""
     from django.contrib.auth import get_user_model
 
     from apps.tenants.services import member_add
 
     def make(
-        *, username: str | None = None, tenant: Any = None, role: str = "member", **fields: Any
+        *,
+        username: str | None = None,
+        tenant: Any = None,
+        role: str = "member",
+        password: str | None = None,
+        **fields: Any,
     ) -> Any:
         user = get_user_model().objects.create_user(
-            username=username or f"user{next(_counter)}", password="pw", **fields
+            username=username or f"user{next(_counter)}", password=password, **fields
         )
         if tenant is not None:
             member_add(tenant=tenant, user=user, role=role)

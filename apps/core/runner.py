@@ -1,0 +1,85 @@
+"""The embedded serving process: components, then uvicorn, then a clean drain.
+
+Order on start: every registered component (engine, worker thread, ...) starts, then the socket
+is bound and uvicorn serves ``laser_platform.asgi:application``. On SIGINT/SIGTERM: the draining
+flag is set (``/ready`` turns 503), uvicorn stops accepting and waits up to ``drain_timeout``
+seconds for in-flight requests (streams included), then components stop in reverse order and
+the process exits normally. A second Ctrl-C skips the wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+from types import FrameType
+
+import uvicorn
+
+from apps.core.lifecycle import Lifecycle, lifecycle
+
+logger = logging.getLogger(__name__)
+
+ASGI_APP = "laser_platform.asgi:application"
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, plus the draining flag; leaves shutdown of the process to us."""
+
+    def __init__(self, config: uvicorn.Config, registry: Lifecycle) -> None:
+        super().__init__(config)
+        self.registry = registry
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.registry.draining:
+            timeout = self.config.timeout_graceful_shutdown
+            logger.info("signal %s: draining (up to %ss)", sig, timeout)
+        self.registry.begin_drain()
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises captured signals when serve() returns, which would kill the process
+        # before the components are stopped; we exit normally after stopping them instead.
+        self._captured_signals.clear()
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    drain_timeout: float = 30.0,
+    log_level: str = "info",
+    registry: Lifecycle = lifecycle,
+    on_listening: Callable[[str], None] | None = None,
+) -> list[tuple[str, BaseException]]:
+    """Start components, serve until a signal, drain, stop components.
+
+    ``port=0`` picks a free port; ``on_listening`` receives the base URL once bound. Returns
+    the components whose stop raised (empty on a clean shutdown).
+    """
+    config = uvicorn.Config(
+        ASGI_APP,
+        host=host,
+        port=port,
+        lifespan="off",  # Django's ASGI handler has no lifespan; components are started here
+        timeout_graceful_shutdown=drain_timeout,
+        log_level=log_level,
+    )
+    server = DrainingServer(config, registry)
+    registry.start_all()
+    try:
+        sock = config.bind_socket()
+        # Listen now (asyncio would, a moment later) so that a client told the URL below can
+        # connect straight away; early connections wait in the backlog.
+        sock.listen(config.backlog)
+        if on_listening is not None:
+            on_listening(_url(sock))
+        server.run(sockets=[sock])
+    finally:
+        errors = registry.stop_all()
+    return errors
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if sock.family == socket.AF_INET6:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
