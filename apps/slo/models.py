@@ -286,3 +286,10 @@ class BreachAlert(models.Model):
                 name="slo_alert_once_per_term_window",
             )
         ]
+
+
+class AggregationMark(models.Model):
+    """How far each window kind has been materialised: windows ending by ``through`` are final."""
+
+    window = models.CharField(max_length=8, choices=Window.choices, unique=True)
+    through = models.DateTimeField()

@@ -38,7 +38,7 @@ def make_report() -> Callable[..., Any]:
         first = None if ttft is None else arrival + ttft
         values: dict[str, Any] = {
             "request_id": f"req-{next(_ids)}", "tenant_id": tenant.pk, "tier_asked": tier,
-            "outcome": outcome, "arrival": arrival, "first_token_at": first,
+            "outcome": outcome, "arrival": arrival, "first_token_at": first, "ttft_s": ttft,
             "finished_at": arrival + duration, "streamed": tier == "hot",
             "prompt_tokens": 10, "completion_tokens": 20,
         }
