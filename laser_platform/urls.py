@@ -8,6 +8,7 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("apps.core.urls")),
     path("", include("apps.tenants.urls")),
+    path("", include("apps.gateway.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -84,18 +84,25 @@ class _Inflight:
     def count(self) -> int:
         return self._count
 
-    @contextmanager
-    def hold(self) -> Iterator[None]:
+    def acquire(self) -> None:
+        """Count one more request, or raise 503 when the process is at its cap."""
         with self._lock:
             if self._count >= settings.LASER_GATEWAY_MAX_INFLIGHT:
                 raise EngineOverloadedError(
                     "The server is at capacity; retry shortly.", retry_after=1.0)
             self._count += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._count -= 1
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.acquire()
         try:
             yield
         finally:
-            with self._lock:
-                self._count -= 1
+            self.release()
 
 
 inflight = _Inflight()
@@ -109,12 +116,16 @@ def check_accepting() -> None:
 
 
 def check_engine_capacity(stats: Any) -> None:
-    """503 when the engine's queue is already at its bound (cheap, from its stats)."""
-    waiting, bound = _stat(stats, "waiting"), _stat(stats, "max_waiting")
+    """503 when the engine's queue is already at ``LASER_GATEWAY_MAX_QUEUED`` (from its stats,
+    before the request is tokenised or queued)."""
+    waiting = _stat(stats, "waiting")
     if isinstance(waiting, dict):
         waiting = sum(waiting.values())
-    if isinstance(waiting, int) and isinstance(bound, int) and bound and waiting >= bound:
-        raise EngineOverloadedError("The engine is saturated; retry shortly.", retry_after=1.0)
+    bound = settings.LASER_GATEWAY_MAX_QUEUED
+    if isinstance(waiting, int) and waiting >= bound:
+        raise EngineOverloadedError(
+            f"The engine is saturated ({waiting} requests queued); retry shortly.",
+            retry_after=1.0)
 
 
 def _stat(stats: Any, name: str) -> Any:

@@ -12,6 +12,8 @@ LASER_DEFAULT_MAX_TOKENS: int = env("LASER_DEFAULT_MAX_TOKENS", 512, int)
 LASER_MAX_REQUEST_BYTES: int = env("LASER_MAX_REQUEST_BYTES", 1024 * 1024, int)
 # Requests one web process serves at once; past it new ones get 503 before any work.
 LASER_GATEWAY_MAX_INFLIGHT: int = env("LASER_GATEWAY_MAX_INFLIGHT", 256, int)
+# Requests queued in the engine past which new ones get 503 before they are tokenised.
+LASER_GATEWAY_MAX_QUEUED: int = env("LASER_GATEWAY_MAX_QUEUED", 512, int)
 # Rate limits are shared through Redis when set (defaults to REDIS_URL), in-process otherwise.
 LASER_RATELIMIT_REDIS_URL: str = env("LASER_RATELIMIT_REDIS_URL", env("REDIS_URL", ""))
 # WebSocket: messages queued for a slow reader before the socket is closed with 4008.

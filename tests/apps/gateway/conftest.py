@@ -19,6 +19,18 @@ def _fresh_limiter(settings: Any) -> Any:
     ratelimit.get_limiter.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _reports_flushed_per_test(request: Any, settings: Any) -> Any:
+    """Reports are written synchronously at the end of each DB test (not by the writer thread
+    after the test database is gone)."""
+    settings.LASER_SLO_AUTOFLUSH = False
+    yield
+    if request.node.get_closest_marker("django_db"):
+        from apps.slo.services import flush_reports
+
+        flush_reports()
+
+
 @pytest.fixture
 def contracted(tenant_factory: Callable[..., Any], api_key_factory: Callable[..., Any]):
     """``contracted(tiers=("hot", "warm", "cold"), default_tier="hot", **terms)`` ->

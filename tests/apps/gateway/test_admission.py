@@ -101,9 +101,10 @@ def test_draining_and_inflight_cap_are_503(settings):
         lifecycle._draining.clear()
 
 
-def test_engine_queue_at_bound_is_503():
-    admission.check_engine_capacity({"waiting": 3, "max_waiting": 4})
-    err = _limit_hit(lambda: admission.check_engine_capacity({"waiting": 4, "max_waiting": 4}))
+def test_engine_queue_at_bound_is_503(settings):
+    settings.LASER_GATEWAY_MAX_QUEUED = 4
+    admission.check_engine_capacity({"waiting": {"hot": 1, "cold": 2}})
+    err = _limit_hit(lambda: admission.check_engine_capacity({"waiting": {"hot": 2, "cold": 2}}))
     assert err.status == 503
 
 

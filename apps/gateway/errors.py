@@ -1,0 +1,36 @@
+"""The engine's typed errors as API errors: the one mapping, used by REST, SSE and WebSocket."""
+
+from __future__ import annotations
+
+from inference.errors import (
+    AdmissionRefused,
+    EngineError,
+    EngineOverloaded,
+    EngineUnavailable,
+    InvalidParameter,
+)
+from laser_platform.errors import APIError, EngineOverloadedError, ServerError
+
+
+def api_error(exc: BaseException, *, max_tokens_param: str = "max_tokens") -> APIError:
+    """``APIError`` for any exception: engine errors mapped, anything else a 500."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, InvalidParameter):
+        from apps.gateway.params import from_invalid_parameter
+
+        if exc.param == "max_tokens" and max_tokens_param != "max_tokens":
+            exc.param = max_tokens_param
+        return from_invalid_parameter(exc)
+    if isinstance(exc, EngineOverloaded):
+        return EngineOverloadedError(f"The engine is saturated ({exc.reason}); retry shortly.",
+                                     retry_after=exc.retry_after_s or 1.0)
+    if isinstance(exc, AdmissionRefused):
+        return EngineOverloadedError(f"The engine refused the request: {exc.reason}.",
+                                     retry_after=exc.retry_after_s, code="admission_refused")
+    if isinstance(exc, EngineUnavailable):
+        return EngineOverloadedError(f"The engine is unavailable: {exc}.", retry_after=1.0,
+                                     code="engine_unavailable")
+    if isinstance(exc, EngineError):
+        return ServerError(f"The engine failed: {exc}.", code="engine_error")
+    return ServerError("The server had an error processing your request.")

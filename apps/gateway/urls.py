@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.gateway import views
+
+urlpatterns = [
+    path("v1/models", views.ModelListApi.as_view(), name="models"),
+    path("v1/models/<path:model_id>", views.ModelDetailApi.as_view(), name="model-detail"),
+    path("v1/chat/completions", views.chat_completions, name="chat-completions"),
+    path("v1/completions", views.completions, name="completions"),
+]
