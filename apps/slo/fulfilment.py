@@ -136,21 +136,15 @@ def _first_data(window: str) -> dt.datetime | None:
 
 
 def _store_usage(since: dt.datetime, until: dt.datetime) -> None:
-    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
-    qs = RequestRecord.objects.filter(finished_at__gte=since, finished_at__lt=until).exclude(
-        outcome__in=accounting.CLIENT_REJECTIONS).select_related("api_key")
-    for r in qs.iterator(chunk_size=2000):
-        prefix = r.api_key.prefix if r.api_key else ""
-        key = (r.tenant_id, r.api_key_id, prefix, r.tier_asked, r.finished_at.date())
-        row = totals[key]
-        row[0] += 1
-        row[1] += r.prompt_tokens
-        row[2] += r.completion_tokens
-    for (tenant_id, key_id, prefix, tier, day), (n, p, c) in totals.items():
+    from apps.slo.usage import totals
+
+    for row in totals(since, until):
         UsageDaily.objects.update_or_create(
-            tenant_id=tenant_id, key_prefix=prefix, tier=tier, day=day,
-            defaults={"api_key_id": key_id, "requests": n, "prompt_tokens": p,
-                      "completion_tokens": c})
+            tenant_id=row["tenant_id"], key_prefix=row["key_prefix"], tier=row["tier"],
+            day=row["day"],
+            defaults={"api_key_id": row["api_key_id"], "requests": row["requests"],
+                      "prompt_tokens": row["prompt_tokens"],
+                      "completion_tokens": row["completion_tokens"]})
 
 
 def materialise(*, now: dt.datetime | None = None) -> list[dict]:

@@ -1,0 +1,132 @@
+"""Read-only SLO API: contracts, fulfilment per window (JSON or CSV), usage per key/tier/day.
+
+Authenticated by API key (scripts) or by session (the dashboard). A tenant sees only its own;
+platform staff see all and may pass ``tenant=<slug>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.http import HttpResponse
+from django.utils import timezone
+from rest_framework import authentication, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.slo import csv_export, fulfilment, usage, windows
+from apps.slo.access import tenant_ids, tenant_scope
+from apps.slo.selectors import contracts_for_tenant
+from apps.tenants.authentication import ApiKeyAuthentication
+from apps.tenants.models import Tenant
+from laser_platform.errors import BadRequestError
+
+MAX_WINDOWS = 5000
+DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),
+                "day": dt.timedelta(days=30)}
+
+
+class TimeField(serializers.Field):
+    """An ISO 8601 datetime or date (UTC if naive), or Unix seconds."""
+
+    def to_internal_value(self, data: object) -> dt.datetime:
+        text = str(data).strip()
+        try:
+            value = dt.datetime.fromtimestamp(float(text), tz=dt.UTC)
+        except ValueError:
+            try:
+                value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise serializers.ValidationError(
+                    "use an ISO 8601 time (2026-01-05T10:00:00Z), a date or Unix seconds."
+                ) from None
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+class _SloApi(APIView):
+    authentication_classes = [ApiKeyAuthentication, authentication.SessionAuthentication]
+
+    def slugs(self, ids: set[int]) -> dict[int, str]:
+        return dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "slug"))
+
+
+class ContractListApi(_SloApi):
+    def get(self, request: Request) -> Response:
+        scope = tenant_scope(request.user, request.query_params.get("tenant"))
+        tenants = scope if scope is not None else list(Tenant.objects.all())
+        data = []
+        for tenant in tenants:
+            for snap in contracts_for_tenant(tenant=tenant):
+                data.append({"object": "slo.contract", "tenant": tenant.slug, **snap.as_dict()})
+        return Response({"object": "list", "data": data})
+
+
+class FulfilmentApi(_SloApi):
+    class FilterSerializer(serializers.Serializer):
+        tier = serializers.ChoiceField(choices=["hot", "warm", "cold"], required=False)
+        window = serializers.ChoiceField(choices=list(windows.WINDOWS), default="hour")
+        since = TimeField(required=False)
+        until = TimeField(required=False)
+        tenant = serializers.SlugField(required=False)
+
+    def rows(self, request: Request) -> tuple[list[dict], dict]:
+        query = self.FilterSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        scope = tenant_scope(request.user, q.get("tenant"))
+        window, until = q["window"], q.get("until") or timezone.now()
+        since = q.get("since") or until - DEFAULT_SPAN[window]
+        if since >= until:
+            raise BadRequestError("'since' must be before 'until'.", param="since")
+        if (until - since) / windows.LENGTH[window] > MAX_WINDOWS:
+            raise BadRequestError(f"At most {MAX_WINDOWS} {window} windows per request; "
+                                  f"narrow 'since' or use a longer window.", param="since")
+        tiers = [q["tier"]] if q.get("tier") else ["hot", "warm", "cold"]
+        rows = fulfilment.series(window, since, until, tenant_ids=tenant_ids(scope), tiers=tiers)
+        slugs = self.slugs({r["tenant_id"] for r in rows})
+        for row in rows:
+            row["tenant"] = slugs.get(row.pop("tenant_id"), "")
+        summary = {tier: fulfilment.attainment([r for r in rows if r["tier"] == tier], tier)
+                   for tier in tiers}
+        return rows, {"window": window, "since": since, "until": until, "summary": summary}
+
+    def get(self, request: Request) -> Response:
+        rows, meta = self.rows(request)
+        return Response({"object": "list", **meta, "data": rows})
+
+
+class FulfilmentCsvApi(FulfilmentApi):
+    def get(self, request: Request) -> HttpResponse:
+        rows, _ = self.rows(request)
+        return csv_export.response("fulfilment.csv", csv_export.fulfilment_table(rows))
+
+
+class UsageApi(_SloApi):
+    class FilterSerializer(serializers.Serializer):
+        since = serializers.DateField(required=False)
+        until = serializers.DateField(required=False)
+        tenant = serializers.SlugField(required=False)
+
+    def rows(self, request: Request) -> list[dict]:
+        query = self.FilterSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        scope = tenant_scope(request.user, q.get("tenant"))
+        until = q.get("until") or timezone.now().date() + dt.timedelta(days=1)
+        since = q.get("since") or until - dt.timedelta(days=30)
+        if since >= until:
+            raise BadRequestError("'since' must be before 'until'.", param="since")
+        rows = usage.usage(since, until, tenant_ids=tenant_ids(scope))
+        slugs = self.slugs({r["tenant_id"] for r in rows})
+        for row in rows:
+            row["tenant"] = slugs.get(row.pop("tenant_id"), "")
+        return rows
+
+    def get(self, request: Request) -> Response:
+        return Response({"object": "list", "data": self.rows(request)})
+
+
+class UsageCsvApi(UsageApi):
+    def get(self, request: Request) -> HttpResponse:
+        return csv_export.response("usage.csv", csv_export.usage_table(self.rows(request)))

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.slo import api
+
+urlpatterns = [
+    path("api/slo/contracts", api.ContractListApi.as_view(), name="slo-contracts"),
+    path("api/slo/fulfilment", api.FulfilmentApi.as_view(), name="slo-fulfilment"),
+    path("api/slo/fulfilment.csv", api.FulfilmentCsvApi.as_view(), name="slo-fulfilment-csv"),
+    path("api/slo/usage", api.UsageApi.as_view(), name="slo-usage"),
+    path("api/slo/usage.csv", api.UsageCsvApi.as_view(), name="slo-usage-csv"),
+]
