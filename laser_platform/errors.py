@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -173,6 +174,10 @@ def to_api_error(exc: BaseException) -> APIError | None:
         return exc
     if isinstance(exc, drf.ValidationError):
         return _from_validation_error(exc)
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLargeError("The request body is too large.")
+    if isinstance(exc, SuspiciousOperation):
+        return BadRequestError("The request was rejected as malformed.")
     if isinstance(exc, drf.NotAuthenticated):
         return AuthenticationError(MISSING_KEY)
     if isinstance(exc, drf.AuthenticationFailed):
@@ -225,6 +230,24 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django answers SuspiciousOperation (e.g. an oversized body) here, outside DRF."""
+    if _is_api_request(request):
+        api_error = to_api_error(exception) if exception is not None else None
+        return json_error_response(api_error or BadRequestError("Bad request."))
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api_request(request):
+        return json_error_response(PermissionDeniedError("Permission denied."))
+    from django.views.defaults import permission_denied
+
+    return permission_denied(request, exception)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:

@@ -13,5 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "laser_platform.errors.handler400"
+handler403 = "laser_platform.errors.handler403"
 handler404 = "laser_platform.errors.handler404"
 handler500 = "laser_platform.errors.handler500"

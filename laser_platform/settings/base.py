@@ -92,7 +92,6 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
-    "UNAUTHENTICATED_USER": None,
 }
 
 # Process model. LASER_EMBEDDED is switched on by `manage.py serve` (see manage.py) so that

@@ -98,3 +98,15 @@ def test_handler500_is_json_for_api_paths_only() -> None:
     assert api.status_code == 500 and api["Content-Type"] == "application/json"
     page = errors.handler500(factory.get("/admin/"))
     assert page.status_code == 500 and "json" not in page["Content-Type"]
+
+
+def test_oversized_bodies_are_413_and_other_suspicious_requests_400() -> None:
+    from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+
+    assert _handle(RequestDataTooBig("big")).status_code == 413
+    assert _handle(SuspiciousOperation("odd")).status_code == 400
+    factory = APIRequestFactory()
+    response = errors.handler400(factory.post("/v1/chat/completions"), RequestDataTooBig("big"))
+    assert response.status_code == 413 and b'"request_too_large"' in response.content
+    forbidden = errors.handler403(factory.get("/api/keys"))
+    assert forbidden.status_code == 403 and b'"permission_error"' in forbidden.content
