@@ -1,0 +1,252 @@
+"""The async front: an ``LLMEngine`` stepping on a background thread, deltas to asyncio.
+
+The step loop sleeps on a condition when there is nothing to do (no busy loop). Deltas reach
+each request's ``asyncio.Queue`` through ``loop.call_soon_threadsafe``, one call per request and
+step. Admission runs in the caller's ``await generate(...)``, so every refusal is raised before
+any work; closing, cancelling or dropping a stream aborts its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import deque
+from typing import Any
+
+from inference.errors import EngineUnavailable, InvalidParameter
+from inference.request import Delta, EngineRequest
+
+from .config import EngineConfig
+from .llm_engine import LLMEngine
+from .stats import EngineStats
+
+_IDLE_POLL_S = 0.005  # an empty plan with work queued (a policy holding work back): re-check
+
+
+class DeltaStream:
+    """One request's deltas, in order, until every choice finished (see ``EngineClient``)."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, num_choices: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.request_id = request_id
+        self._engine = engine
+        self._loop = loop
+        self._queue: asyncio.Queue[Delta | BaseException] = asyncio.Queue()
+        self._open_choices = num_choices
+        self._finished = False
+        # Dropped without aclose(): abort from whichever thread collects it.
+        self._finalizer = weakref.finalize(self, engine._defer_abort, request_id)
+
+    def __aiter__(self) -> DeltaStream:
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            item = await self._queue.get()
+        except asyncio.CancelledError:  # the consumer went away (client disconnect, timeout)
+            self._close()
+            raise
+        if isinstance(item, BaseException):
+            self._finished = True
+            self._finalizer.detach()
+            raise item
+        if item.finish_reason is not None:
+            self._open_choices -= 1
+            if self._open_choices == 0:
+                self._finished = True
+                self._finalizer.detach()
+        return item
+
+    async def aclose(self) -> None:
+        self._close()
+
+    async def __aenter__(self) -> DeltaStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._close()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def _close(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._finalizer.detach()
+            self._engine._abort_now(self.request_id)
+
+    def _push(self, items: list[Delta | BaseException]) -> None:  # on the loop's thread
+        for item in items:
+            self._queue.put_nowait(item)
+
+
+class AsyncEngine:
+    """Runs an ``LLMEngine`` off the event loop; implements ``EngineClient``.
+
+    Args:
+        config: used to build (load) the engine on the step thread when ``engine`` is None.
+        engine: an existing engine (tests, benchmarks).
+    """
+
+    def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None):
+        self.config = config or (engine.config if engine is not None else EngineConfig())
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._streams: weakref.WeakValueDictionary[str, DeltaStream] = (
+            weakref.WeakValueDictionary())
+        self._deferred_aborts: deque[str] = deque()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._loaded = threading.Event()
+        self.error: BaseException | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Start the step thread (loading the model there if needed); with ``wait``, block
+        until it is ready and re-raise a load failure."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="laser-engine", daemon=True)
+        self._thread.start()
+        if wait:
+            self._loaded.wait(timeout)
+            if self.error is not None:
+                raise self.error
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._loaded.wait, timeout)
+        if self.error is not None:
+            raise EngineUnavailable(f"the engine failed to start: {self.error}")
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop the loop; streams still open end with ``EngineUnavailable``."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        thread.join(timeout)
+        self._thread = None
+        self._fail_all(EngineUnavailable("the engine stopped"))
+
+    @property
+    def ready(self) -> bool:
+        return (self._loaded.is_set() and self.error is None and not self._stopping
+                and self._thread is not None and self._thread.is_alive())
+
+    # ---- EngineClient --------------------------------------------------------------------
+    async def generate(self, request: EngineRequest) -> DeltaStream:
+        if not self.ready:
+            raise EngineUnavailable("the engine is not ready")
+        engine = self.engine
+        prompt_ids = engine.encode(request)  # raises InvalidParameter / PromptTooLong
+        stream = DeltaStream(self, request.request_id, request.sampling.n,
+                             asyncio.get_running_loop())
+        with self._cond:
+            if request.request_id in self._streams:
+                stream._finalizer.detach()
+                raise InvalidParameter("request_id",
+                                       f"request {request.request_id!r} is in flight.")
+            self._streams[request.request_id] = stream
+            try:
+                engine.add_request(request, prompt_ids)  # AdmissionRefused, EngineOverloaded
+            except BaseException:
+                del self._streams[request.request_id]
+                stream._finalizer.detach()
+                raise
+            self._cond.notify()
+        return stream
+
+    async def abort(self, request_id: str) -> None:
+        if self.engine is None:
+            return
+        deltas = self.engine.abort(request_id)
+        stream = self._streams.pop(request_id, None)
+        if stream is not None and deltas:
+            stream._push(list(deltas))
+
+    async def stats(self) -> EngineStats:
+        return self.stats_now()
+
+    def stats_now(self) -> EngineStats:
+        """``stats()`` for synchronous callers (any thread)."""
+        if self.engine is None or not self._loaded.is_set():
+            return EngineStats(ready=False)
+        s = self.engine.stats()
+        return EngineStats.from_dict({**s.to_dict(), "ready": self.ready})
+
+    # ---- internals -----------------------------------------------------------------------
+    def _abort_now(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+        if self.engine is not None:
+            self.engine.abort(request_id)
+
+    def _defer_abort(self, request_id: str) -> None:
+        # May run inside the step thread (garbage collection), even mid-step: only queue it.
+        self._deferred_aborts.append(request_id)
+
+    def _run(self) -> None:
+        try:
+            if self.engine is None:
+                self.engine = LLMEngine(self.config)
+            self._loaded.set()
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - reported to every open stream
+            self.error = exc
+            self._loaded.set()
+            self._fail_all(EngineUnavailable(f"the engine failed: {exc!r}"))
+
+    def _loop(self) -> None:
+        engine = self.engine
+        while True:
+            with self._cond:
+                while not self._stopping and not self._has_work():
+                    self._cond.wait()
+                if self._stopping:
+                    return
+            while self._deferred_aborts:
+                engine.abort(self._deferred_aborts.popleft())
+            deltas = engine.step()
+            self._deliver(deltas)
+            if not deltas and engine.last_step_empty:
+                with self._cond:
+                    self._cond.wait(_IDLE_POLL_S)
+
+    def _has_work(self) -> bool:
+        return bool(self._deferred_aborts) or self.engine.has_unfinished()
+
+    def _deliver(self, deltas: list[Delta]) -> None:
+        by_request: dict[str, list[Delta]] = {}
+        for d in deltas:
+            by_request.setdefault(d.request_id, []).append(d)
+        for request_id, items in by_request.items():
+            stream = self._streams.get(request_id)
+            if stream is None:
+                continue
+            if not self.engine.is_active(request_id):
+                self._streams.pop(request_id, None)
+            try:
+                stream._loop.call_soon_threadsafe(stream._push, items)
+            except RuntimeError:  # its event loop is closed: nobody is listening
+                self._abort_now(request_id)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for request_id in list(self._streams.keys()):
+            stream = self._streams.pop(request_id, None)
+            if stream is None:
+                continue
+            if self.engine is not None:
+                self.engine.abort(request_id)
+            try:
+                stream._loop.call_soon_threadsafe(stream._push, [error])
+            except RuntimeError:
+                pass
+
+
+__all__ = ["AsyncEngine", "DeltaStream"]

@@ -1,0 +1,156 @@
+"""Engine configuration: one frozen value, checked on construction, readable from ``LASER_*``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from inference.scheduler import SchedulerConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What the engine loads and how much it may batch.
+
+    Attributes:
+        model: GGUF file or Hugging Face directory; None is the bundled SmolLM2 GGUF.
+        device: ``cpu`` or ``cuda`` (``cuda:N``).
+        dtype: ``float32``/``bfloat16``/``float16``; None picks float32 on CPU, bfloat16 on CUDA.
+        block_size: tokens per KV block.
+        kv_memory_mb: KV-cache budget; the number of blocks follows from the model's
+            ``kv_bytes_per_block``.
+        max_num_batched_tokens: token budget of one step (prefill chunks plus decodes).
+        max_num_seqs: most sequences running at once.
+        max_model_len: longest prompt + output; None is the model's context.
+        long_prefill_chunk: most prompt tokens one sequence advances per step; None is the
+            whole token budget.
+        policy: scheduler name in ``inference.scheduler.POLICIES``.
+        max_waiting: queue bound past which requests are refused fast.
+        prefix_caching: reuse cached KV blocks of identical (salted) prefixes.
+        num_threads: torch intra-op threads; None uses every core.
+    """
+
+    model: str | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    block_size: int = 16
+    kv_memory_mb: float = 256.0
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+    max_model_len: int | None = None
+    long_prefill_chunk: int | None = None
+    policy: str = "fcfs"
+    max_waiting: int = 1024
+    prefix_caching: bool = True
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.dtype is not None and self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("max_model_len", "long_prefill_chunk", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 (or unset), got {value}")
+        if not self.kv_memory_mb > 0:
+            raise ValueError(f"kv_memory_mb must be positive, got {self.kv_memory_mb}")
+        chunk = self.long_prefill_chunk
+        if chunk is not None and chunk > self.max_num_batched_tokens:
+            raise ValueError("long_prefill_chunk cannot exceed max_num_batched_tokens")
+        from inference.scheduler import POLICIES  # late: policies may register after import
+
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; known: {sorted(POLICIES)}")
+
+    # ---- derived values ------------------------------------------------------------------
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype is not None:
+            return _DTYPES[self.dtype]
+        return torch.float32 if self.device == "cpu" else torch.bfloat16
+
+    def num_blocks(self, kv_bytes_per_block: int) -> int:
+        """KV blocks that fit the memory budget (at least one)."""
+        return max(1, int(self.kv_memory_mb * 2**20) // kv_bytes_per_block)
+
+    def model_len(self, model_context: int) -> int:
+        """Effective ``max_model_len``: the configured one, which may not exceed the model's."""
+        if self.max_model_len is None:
+            return model_context
+        if self.max_model_len > model_context:
+            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's context "
+                             f"of {model_context} tokens")
+        return self.max_model_len
+
+    def scheduler_config(self, model_context: int) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.model_len(model_context),
+            long_prefill_chunk=self.long_prefill_chunk or self.max_num_batched_tokens,
+            max_waiting=self.max_waiting,
+        )
+
+    # ---- environment ---------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EngineConfig:
+        """Read ``LASER_*`` variables; unset ones keep their defaults; bad values fail loudly.
+
+        ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_MEMORY_MB``,
+        ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``, ``LASER_MAX_NUM_SEQS``,
+        ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
+        ``LASER_PREFIX_CACHING``, ``LASER_THREADS``. Keyword overrides win over the environment.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for var, (name, parse) in _ENV.items():
+            raw = env.get(var, "").strip()
+            if raw:
+                try:
+                    values[name] = parse(raw)
+                except ValueError as exc:
+                    raise ValueError(f"{var}={raw!r}: {exc}") from None
+        known = {f.name for f in fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
+        return cls(**{**values, **overrides})
+
+
+def _bool(raw: str) -> bool:
+    low = raw.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _str(raw: str) -> str:
+    return raw
+
+
+_ENV: dict[str, tuple[str, Any]] = {
+    "LASER_MODEL": ("model", _str),
+    "LASER_DEVICE": ("device", _str),
+    "LASER_DTYPE": ("dtype", _str),
+    "LASER_KV_MEMORY_MB": ("kv_memory_mb", float),
+    "LASER_BLOCK_SIZE": ("block_size", int),
+    "LASER_MAX_BATCHED_TOKENS": ("max_num_batched_tokens", int),
+    "LASER_MAX_NUM_SEQS": ("max_num_seqs", int),
+    "LASER_MAX_MODEL_LEN": ("max_model_len", int),
+    "LASER_POLICY": ("policy", _str),
+    "LASER_MAX_WAITING": ("max_waiting", int),
+    "LASER_PREFIX_CACHING": ("prefix_caching", _bool),
+    "LASER_THREADS": ("num_threads", int),
+}

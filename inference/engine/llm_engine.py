@@ -1,0 +1,249 @@
+"""The synchronous engine: requests in, one step at a time, deltas out.
+
+``step()`` = schedule -> build batch -> forward -> sample -> ``scheduler.update`` -> detokenise.
+It is thread-safe in the way ``AsyncEngine`` needs: ``add_request``/``abort``/``stats`` may run
+on other threads while a step runs; the lock is held only while the scheduler's state is read or
+changed, never during the forward pass, so adding a request waits at most a scheduling pass.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from inference.errors import InvalidParameter, PromptTooLong
+from inference.kv.block_manager import BlockManager
+from inference.request import Delta, EngineRequest
+from inference.scheduler import StepPlan, make_scheduler
+from inference.sequence import SequenceStatus, sequences_from_request
+
+from .config import EngineConfig
+from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
+from .runner import ModelRunner
+from .sampler import Sampler, SamplerOutput, SamplingRow
+from .stats import EngineStats, StepMeter, kv_fragmentation, per_tier
+
+
+class LLMEngine:
+    """Owns the model, KV cache, scheduler and sampler.
+
+    Args:
+        config: engine limits; ``EngineConfig()`` serves the bundled SmolLM2.
+        loaded: an already loaded model (``inference.loaders.LoadedModel`` or anything with
+            ``model``, ``config``, ``tokenizer``, ``chat_template``, ``stop_token_ids``,
+            ``encode_chat``); None loads ``config.model``.
+    """
+
+    def __init__(self, config: EngineConfig | None = None, loaded: Any = None) -> None:
+        self.config = config = config or EngineConfig()
+        torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
+        if loaded is None:
+            from inference.loaders import load_model
+
+            loaded = load_model(config.model, device=config.device, dtype=config.torch_dtype)
+        self.loaded = loaded
+        self.model_config = loaded.config
+        self.tokenizer = loaded.tokenizer
+        model = loaded.model
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        per_block = model.kv_bytes_per_block(config.block_size, dtype)
+        num_blocks = config.num_blocks(per_block)
+        kv = BlockManager(num_blocks, config.block_size, prefix_caching=config.prefix_caching)
+        sched_config = config.scheduler_config(loaded.config.max_position)
+        # A sequence longer than the whole pool could never be scheduled: cap the length.
+        self.max_model_len = min(sched_config.max_model_len, num_blocks * config.block_size)
+        if self.max_model_len < sched_config.max_model_len:
+            sched_config = replace(sched_config, max_model_len=self.max_model_len)
+        self.scheduler = make_scheduler(config.policy, sched_config, kv)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, device, dtype)
+        self.sampler = Sampler()
+        self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
+            getattr(loaded, "stop_token_ids", ()))
+        self._requests: dict[str, RequestState] = {}
+        self._choices: dict[str, tuple[RequestState, Choice]] = {}
+        self._lock = threading.RLock()
+        self._meter = StepMeter()
+        self.last_step_empty = False  # the last step had nothing to run
+
+    # ---- requests ------------------------------------------------------------------------
+    def encode(self, request: EngineRequest) -> list[int]:
+        """The request's prompt token ids (chat template applied), checked against the
+        context. Raises ``InvalidParameter``/``PromptTooLong``; touches no engine state."""
+        if request.prompt_token_ids is not None:
+            ids, param = list(request.prompt_token_ids), "prompt"
+            vocab = self.model_config.vocab_size
+            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+                raise InvalidParameter("prompt", f"prompt token ids must lie in [0, {vocab}).")
+        elif self.tokenizer is None:
+            raise InvalidParameter("prompt", "this model has no tokenizer; send token ids.")
+        elif request.messages is not None:
+            ids, param = self._encode_chat(request.messages), "messages"
+        else:
+            ids, param = self.tokenizer.encode(request.prompt), "prompt"
+        if not ids:
+            raise InvalidParameter(param, f"'{param}' encodes to no tokens.")
+        max_tokens = request.sampling.max_tokens
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLong(param, len(ids), max_tokens, self.max_model_len)
+        if len(ids) + max_tokens > self.max_model_len:
+            raise PromptTooLong("max_tokens", len(ids), max_tokens, self.max_model_len)
+        return ids
+
+    def _encode_chat(self, messages: list[dict]) -> list[int]:
+        from inference.tokenizer import ChatTemplateError
+
+        if not isinstance(messages, list) or not messages:
+            raise InvalidParameter("messages", "'messages' must be a non-empty list.")
+        try:
+            return self.loaded.encode_chat(messages, add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            raise InvalidParameter("messages", str(exc)) from exc
+
+    def add_request(self, request: EngineRequest, prompt_ids: list[int] | None = None) -> None:
+        """Queue a request, or raise (``InvalidParameter``, ``PromptTooLong``,
+        ``AdmissionRefused``/``EngineOverloaded``) before any work is done."""
+        ids = self.encode(request) if prompt_ids is None else prompt_ids
+        seqs = sequences_from_request(request, ids, self.eos_token_ids)
+        seed = request.sampling.seed
+        if seed is None:  # still a function of position: reproducible within the request
+            seed = random.getrandbits(63)
+        state = make_state(request, ids, seqs, seed, self.tokenizer)
+        with self._lock:
+            if request.request_id in self._requests:
+                raise InvalidParameter("request_id", f"request {request.request_id!r} exists.")
+            self.scheduler.add(seqs, time.time())
+            self._requests[request.request_id] = state
+            for choice in state.choices:
+                self._choices[choice.seq.seq_id] = (state, choice)
+
+    def abort(self, request_id: str) -> list[Delta]:
+        """Drop a request and free its blocks; returns its final ``abort`` deltas."""
+        with self._lock:
+            state = self._requests.get(request_id)
+            if state is None:
+                return []
+            self.scheduler.abort(request_id)
+            deltas = abort_deltas(state)
+            self._forget(state)
+            return deltas
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            return bool(self._requests) or self.scheduler.has_work()
+
+    def is_active(self, request_id: str) -> bool:
+        """Whether the request still has choices to finish."""
+        return request_id in self._requests
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    # ---- a step --------------------------------------------------------------------------
+    def step(self) -> list[Delta]:
+        """Run one scheduling step; returns the deltas it produced (possibly none)."""
+        t0 = time.perf_counter()
+        with self._lock:
+            plan = self.scheduler.schedule(time.time())
+            deltas = self._refusals(plan)
+            self.last_step_empty = plan.is_empty
+            if plan.is_empty:
+                deltas += self._tier_only(plan, set())
+                return deltas
+            batch = self.runner.prepare(plan, self.scheduler.seqs)
+            rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
+        logits = self.runner.execute(batch)
+        out = self.sampler.sample(logits, rows)
+        with self._lock:
+            now = time.time()
+            self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
+            new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
+            deltas += new
+            deltas += self._tier_only(plan, {(d.request_id, d.index) for d in new})
+            self._meter.record(now, time.perf_counter() - t0, len(new))
+        return deltas
+
+    def _sampling_row(self, seq_id: str) -> SamplingRow:
+        state, choice = self._choices[seq_id]
+        seq = choice.seq
+        return SamplingRow(state.request.sampling, state.seed, seq.index, seq.num_output_tokens,
+                           tuple(seq.output_token_ids) if _penalised(state) else ())
+
+    def _token_deltas(self, plan: StepPlan, seq_ids: list[str], out: SamplerOutput,
+                      now: float) -> list[Delta]:
+        changes = dict(plan.tier_changes)
+        deltas = []
+        for j, seq_id in enumerate(seq_ids):
+            entry = self._choices.get(seq_id)
+            if entry is None or entry[1].done:
+                continue  # aborted while the forward ran
+            state, choice = entry
+            token = choice.seq.output_token_ids[-1]
+            logprob = out.logprobs[j] if out.logprobs is not None else None
+            top = out.top_logprobs[j] if out.top_logprobs is not None else None
+            delta, stopped = token_delta(state, choice, token, now, logprob, top,
+                                         changes.get(seq_id))
+            if stopped and not choice.seq.is_finished:
+                self.scheduler.finish(seq_id, SequenceStatus.FINISHED_STOPPED)
+            deltas.append(delta)
+            if state.done:
+                self._forget(state)
+        return deltas
+
+    def _refusals(self, plan: StepPlan) -> list[Delta]:
+        deltas = []
+        for seq_id, _reason in plan.refused:
+            entry = self._choices.get(seq_id)
+            if entry is not None and not entry[1].done:
+                state, choice = entry
+                deltas.append(empty_delta(state, choice, finish_reason="abort"))
+                if state.done:
+                    self._forget(state)
+        return deltas
+
+    def _tier_only(self, plan: StepPlan, delivered: set) -> list[Delta]:
+        """Tier changes of sequences that produced no token this step still reach the client."""
+        deltas = []
+        for seq_id, change in plan.tier_changes:
+            entry = self._choices.get(seq_id)
+            if entry is None or entry[1].done:
+                continue
+            if (entry[1].seq.request_id, entry[1].seq.index) in delivered:
+                continue
+            deltas.append(empty_delta(entry[0], entry[1], tier_change=change))
+        return deltas
+
+    def _forget(self, state: RequestState) -> None:
+        self._requests.pop(state.request.request_id, None)
+        for choice in state.choices:
+            self._choices.pop(choice.seq.seq_id, None)
+
+    # ---- introspection -------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        with self._lock:
+            s = self.scheduler
+            kv = s.kv.stats()
+            return EngineStats(
+                running=per_tier(s.running), waiting=per_tier(s.waiting),
+                num_blocks=kv.num_blocks, used_blocks=kv.used_blocks,
+                cached_free_blocks=kv.cached_free_blocks, kv_usage=kv.usage,
+                kv_fragmentation=kv_fragmentation(s),
+                tokens_per_s=self._meter.tokens_per_s(time.time()),
+                num_preemptions=s.num_preemptions, last_step_s=self._meter.last_step_s,
+                mean_step_s=self._meter.mean_step_s, num_steps=self._meter.num_steps,
+            )
+
+
+def _penalised(state: RequestState) -> bool:
+    sp = state.request.sampling
+    return bool(sp.presence_penalty or sp.frequency_penalty)
+
+
+__all__ = ["LLMEngine"]

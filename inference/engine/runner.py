@@ -1,0 +1,142 @@
+"""Model runner: owns the KV-cache tensors and turns a step plan into one forward pass.
+
+The plan names, per sequence, which token positions to compute; the runner builds the flat
+batch (token ids, positions, slot mapping, block tables, query starts, sequence lengths) with
+numpy over whole arrays, applies the plan's copy-on-write block copies, runs the model and
+returns logits only for the rows that sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from inference.kv.block_manager import BlockCopy
+from inference.model import AttentionMetadata
+from inference.scheduler.plan import StepPlan
+from inference.sequence import Sequence
+
+
+@dataclass(slots=True)
+class BatchInputs:
+    """One step's model inputs, already on the runner's device.
+
+    ``sample_rows`` are the flat-batch rows whose logits are needed (the last row of each
+    sequence that samples), in the order of ``sample_seq_ids``.
+    """
+
+    input_ids: torch.Tensor        # [T] int64
+    positions: torch.Tensor        # [T] int64
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor      # [N] int64
+    sample_seq_ids: list[str]
+    block_copies: tuple[BlockCopy, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+class ModelRunner:
+    """Runs ``LlamaModel`` steps over a paged KV cache.
+
+    Args:
+        model: a loaded ``LlamaModel`` (weights on ``device`` in ``dtype``).
+        num_blocks, block_size: KV pool shape; per layer keys and values are
+            ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+    """
+
+    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, dtype=dtype,
+                                                  device=self.device)
+        self._pin = self.device.type == "cuda"
+
+    # ---- batch construction --------------------------------------------------------------
+    def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:
+        """Flatten ``plan.scheduled`` into model inputs. Reads sequence state: call it while
+        the scheduler is not mutating it."""
+        items = plan.scheduled
+        num_seqs = len(items)
+        bs = self.block_size
+        starts = np.fromiter((it.start for it in items), np.int64, num_seqs)
+        q_lens = np.fromiter((it.num_tokens for it in items), np.int64, num_seqs)
+        seq_lens = starts + q_lens
+        qsl = np.zeros(num_seqs + 1, np.int64)
+        np.cumsum(q_lens, out=qsl[1:])
+        num_tokens = int(qsl[-1])
+
+        ids: list[int] = []
+        width = int(-(-seq_lens.max() // bs))
+        tables = np.zeros((num_seqs, width), np.int64)
+        for i, it in enumerate(items):
+            seq = seqs[it.seq_id]
+            if it.num_tokens == 1:
+                ids.append(seq.token_at(it.start))
+            else:
+                ids.extend(seq.tokens(it.start, it.start + it.num_tokens))
+            need = -(-int(seq_lens[i]) // bs)
+            tables[i, :need] = seq.block_ids[:need]
+
+        # Per-token arrays from per-sequence ones, without a Python loop over tokens.
+        owner = np.repeat(np.arange(num_seqs), q_lens)
+        positions = np.arange(num_tokens, dtype=np.int64) + np.repeat(starts - qsl[:-1], q_lens)
+        slots = tables[owner, positions // bs] * bs + positions % bs
+        sample_idx = [i for i, it in enumerate(items) if it.sample]
+        rows = qsl[1:][sample_idx] - 1
+
+        meta = AttentionMetadata(
+            slot_mapping=self._to_device(slots),
+            block_tables=self._to_device(tables.astype(np.int32)),
+            query_start_loc=self._to_device(qsl.astype(np.int32)),
+            seq_lens=self._to_device(seq_lens.astype(np.int32)),
+            max_query_len=int(q_lens.max()),
+            max_seq_len=int(seq_lens.max()),
+        )
+        return BatchInputs(
+            input_ids=self._to_device(np.asarray(ids, dtype=np.int64)),
+            positions=self._to_device(positions),
+            meta=meta,
+            sample_rows=self._to_device(np.asarray(rows, dtype=np.int64)),
+            sample_seq_ids=[items[i].seq_id for i in sample_idx],
+            block_copies=plan.block_copies,
+        )
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(array))
+        if self.device.type == "cpu":
+            return t
+        if self._pin:
+            t = t.pin_memory()
+        return t.to(self.device, non_blocking=True)
+
+    # ---- execution -----------------------------------------------------------------------
+    def copy_blocks(self, copies: Seq[BlockCopy]) -> None:
+        """Copy whole blocks (all layers, keys and values): copy-on-write before a write."""
+        if not copies:
+            return
+        src = torch.tensor([s for s, _ in copies], dtype=torch.int64, device=self.device)
+        dst = torch.tensor([d for _, d in copies], dtype=torch.int64, device=self.device)
+        for k_cache, v_cache in self.kv_caches:
+            k_cache.index_copy_(0, dst, k_cache.index_select(0, src))
+            v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
+
+    def execute(self, batch: BatchInputs) -> torch.Tensor:
+        """Run one forward over ``batch``; returns float32 logits ``[N, vocab]`` for its
+        sampling rows (``N`` may be 0 when every chunk is a mid-prompt prefill)."""
+        with torch.inference_mode():
+            self.copy_blocks(batch.block_copies)
+            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
+            if not batch.sample_seq_ids:
+                return hidden.new_empty((0, 0), dtype=torch.float32)
+            logits = self.model.compute_logits(hidden.index_select(0, batch.sample_rows))
+            return logits.float()
