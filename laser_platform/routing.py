@@ -5,4 +5,6 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver
 
-websocket_urlpatterns: list[URLPattern | URLResolver] = []
+from apps.gateway.routing import websocket_urlpatterns as gateway_websockets
+
+websocket_urlpatterns: list[URLPattern | URLResolver] = [*gateway_websockets]

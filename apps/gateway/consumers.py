@@ -1,0 +1,175 @@
+"""WebSocket chat at ``/ws/chat/`` (Channels).
+
+Authentication never puts the key in the URL: either subprotocols ``["laser.v1",
+"key.<api key>"]`` (only ``laser.v1`` is echoed back) or a first message
+``{"type": "auth", "api_key": ...}`` within ``LASER_WS_AUTH_TIMEOUT``; anything else closes the
+socket with 4401. The origin is checked by ``AllowedHostsOriginValidator`` in ``asgi.py``.
+
+In: ``{"type": "chat", "session_id", "messages" | "content", "params"}``, ``{"type":
+"cancel", "session_id"}``, ``{"type": "ping"}``. Out: ``delta``, ``done`` (usage, TTFT, TBT),
+``tier_changed`` (from, to, reason), ``error``, ``pong``.
+
+Backpressure: outgoing messages go through a bounded queue drained by one writer task; when a
+slow reader lets it fill up (``LASER_WS_SEND_QUEUE``), the socket is closed with 4008 and its
+running turns are cancelled, which aborts their engine requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from apps.gateway.turns import Session, apply_turn_messages, run_turn
+from apps.tenants.selectors import aapi_key_resolve
+from laser_platform.errors import APIError, BadRequestError
+
+logger = logging.getLogger(__name__)
+
+SUBPROTOCOL = "laser.v1"
+KEY_PREFIX = "key."
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_SLOW_READER = 4008
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        self.api_key: Any = None
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.outbox: asyncio.Queue = asyncio.Queue(maxsize=settings.LASER_WS_SEND_QUEUE)
+        self.closing = False
+        protocols = self.scope.get("subprotocols") or []
+        await self.accept(SUBPROTOCOL if SUBPROTOCOL in protocols else None)
+        self.writer = asyncio.create_task(self._write())
+        key = next((p[len(KEY_PREFIX):] for p in protocols if p.startswith(KEY_PREFIX)), None)
+        if key is not None:
+            await self._authenticate(key)
+        else:
+            self.auth_timer = asyncio.create_task(self._auth_deadline())
+
+    async def _authenticate(self, raw: Any) -> bool:
+        try:
+            self.api_key = await aapi_key_resolve(raw if isinstance(raw, str) else None)
+        except APIError as exc:
+            await self._shut(CLOSE_UNAUTHENTICATED, {"type": "error", **exc.body()})
+            return False
+        self.emit({"type": "ready", "tenant": self.api_key.tenant.slug})
+        return True
+
+    async def _auth_deadline(self) -> None:
+        await asyncio.sleep(settings.LASER_WS_AUTH_TIMEOUT)
+        if self.api_key is None:
+            await self._shut(CLOSE_UNAUTHENTICATED)
+
+    # ---- in -----------------------------------------------------------------------------
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if self.api_key is None:
+            if kind == "auth":
+                await self._authenticate(content.get("api_key"))
+            else:
+                await self._shut(CLOSE_UNAUTHENTICATED)
+            return
+        if kind == "chat":
+            await self._chat(content)
+        elif kind == "cancel":
+            session = self.sessions.get(str(content.get("session_id", "")))
+            if session is not None and session.task is not None:
+                session.task.cancel()
+        elif kind == "ping":
+            self.emit({"type": "pong"})
+        else:
+            self._error(None, BadRequestError(f"Unknown message type {kind!r}.", param="type"))
+
+    async def decode_json(self, text_data: str) -> Any:
+        try:
+            return await super().decode_json(text_data)
+        except ValueError:
+            return {"type": "invalid"}
+
+    def _session(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            if len(self.sessions) >= settings.LASER_WS_MAX_SESSIONS:
+                idle = next((k for k, s in self.sessions.items() if s.task is None), None)
+                if idle is None:
+                    raise BadRequestError("Too many sessions running on this socket.",
+                                          param="session_id")
+                del self.sessions[idle]
+            session = self.sessions[session_id] = Session(session_id)
+        self.sessions.move_to_end(session_id)
+        return session
+
+    async def _chat(self, content: dict) -> None:
+        session_id = str(content.get("session_id") or "default")
+        params = content.get("params") or {}
+        try:
+            if not isinstance(params, dict):
+                raise BadRequestError("'params' must be an object.", param="params")
+            session = self._session(session_id)
+            if session.task is not None:
+                raise BadRequestError("This session already has a turn running.",
+                                      param="session_id", code="session_busy")
+            before = list(session.history)
+            apply_turn_messages(session, content, settings.LASER_WS_MAX_HISTORY)
+        except APIError as exc:
+            self._error(session_id, exc)
+            return
+        session.task = asyncio.create_task(self._turn(session, params, before))
+
+    async def _turn(self, session: Session, params: dict, before: list[dict]) -> None:
+        try:
+            ok = await run_turn(session, params, api_key=self.api_key, emit=self.emit,
+                                on_error=self._emit_async)
+            if not ok:
+                session.history = before  # a failed turn leaves the session as it was
+        finally:
+            session.task = None
+
+    # ---- out ----------------------------------------------------------------------------
+    def emit(self, message: dict[str, Any]) -> None:
+        """Queue ``message``; a full queue means the reader is too slow: close with 4008."""
+        if self.closing:
+            return
+        try:
+            self.outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            logger.warning("websocket reader too slow; closing with %d", CLOSE_SLOW_READER)
+            asyncio.ensure_future(self._shut(CLOSE_SLOW_READER))
+
+    async def _emit_async(self, message: dict[str, Any]) -> None:
+        self.emit(message)
+
+    def _error(self, session_id: str | None, exc: APIError) -> None:
+        self.emit({"type": "error", "session_id": session_id, **exc.body()})
+
+    async def _write(self) -> None:
+        while True:
+            message = await self.outbox.get()
+            await self.send_json(message)
+
+    async def _shut(self, code: int, last: dict | None = None) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self._cancel_turns()
+        self.writer.cancel()
+        if last is not None:
+            await self.send_json(last)
+        await self.close(code)
+
+    def _cancel_turns(self) -> None:
+        for session in self.sessions.values():
+            if session.task is not None:
+                session.task.cancel()
+
+    async def disconnect(self, code: int) -> None:
+        self.closing = True
+        self._cancel_turns()
+        for task in (getattr(self, "writer", None), getattr(self, "auth_timer", None)):
+            if task is not None:
+                task.cancel()

@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.gateway.consumers import ChatConsumer
+
+websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]
