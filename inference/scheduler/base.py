@@ -62,6 +62,13 @@ class Scheduler(ABC):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def observe_step(self, num_tokens: int, seconds: float) -> None:
+        """The engine reports each measured step; policies that estimate step time learn."""
+
+    def reserved_idle_blocks(self) -> int:
+        """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
+        return 0
+
     # ---- a step --------------------------------------------------------------------------
     @abstractmethod
     def schedule(self, now: float) -> StepPlan:

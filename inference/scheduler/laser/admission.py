@@ -1,0 +1,77 @@
+"""Admission: refuse cold work that cannot meet its deadline, and refuse hot fast when even it
+cannot start within its TTFT target. Both raise; neither changes scheduler state."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence as Seqs
+
+from inference.errors import AdmissionRefused, EngineOverloaded
+from inference.scheduler.laser.slack import Speeds, prefill_left, work_s
+from inference.sequence import Sequence
+
+
+def cold_job_cost(seq: Sequence, sp: Speeds, concurrency: int) -> float:
+    """Seconds of a whole step's capacity the job uses: its tokens, plus its share of the
+    fixed step cost when ``concurrency`` sequences decode together."""
+    out = seq.remaining_output
+    return (prefill_left(seq) + out) * sp.per_token_s + out * sp.base_s / concurrency
+
+
+def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Speeds, *,
+               share: float, concurrency: int, safety: float) -> None:
+    """Raise ``AdmissionRefused`` unless the new cold sequences and every admitted cold
+    sequence with a later deadline can still finish in time.
+
+    Model: cold is served earliest deadline first with ``share`` of the machine; a job
+    finishes once the work of every job due before it is done, and never before its own
+    decode alone would (one token per step).
+    """
+    share = max(share, 0.05)
+    deadlines = sorted((s.deadline, cold_job_cost(s, sp, concurrency))
+                       for s in admitted if s.deadline is not None)
+    keys = [d for d, _ in deadlines]
+    cum, total = [], 0.0
+    for _, c in deadlines:
+        total += c
+        cum.append(total)
+    added, first = 0.0, len(deadlines)
+    for seq in sorted(new, key=lambda s: s.deadline or 0.0):
+        if seq.deadline is None:
+            continue
+        cost = cold_job_cost(seq, sp, concurrency)
+        pos = bisect.bisect_right(keys, seq.deadline)
+        first = min(first, pos)
+        ahead = (cum[pos - 1] if pos else 0.0) + added + cost
+        finish = now + max(safety * ahead / share, work_s(seq, sp, worst=True))
+        if finish > seq.deadline:
+            raise AdmissionRefused(
+                f"cold request cannot meet its deadline at current load: estimated finish in "
+                f"{finish - now:.0f} s, deadline in {seq.deadline - now:.0f} s",
+                tier=seq.tier, retry_after_s=None)
+        added += cost
+    if added:
+        _check_later(deadlines[first:], cum[first:], added, now, share, safety)
+
+
+def _check_later(deadlines, cum, added, now, share, safety) -> None:
+    # The new work delays every admitted job due later; refuse if it tips one of them over
+    # (jobs already estimated late are not the newcomer's fault).
+    for (deadline, _), ahead in zip(deadlines, cum):
+        if now + safety * (ahead + added) / share > deadline >= now + safety * ahead / share:
+            raise AdmissionRefused(
+                "cold request would push admitted cold work past its deadline",
+                tier="cold", retry_after_s=None)
+
+
+def check_hot(seq: Sequence, queued_prefill: int, now: float, sp: Speeds, factor: float) -> None:
+    """Raise ``EngineOverloaded`` when a hot request queued behind ``queued_prefill`` prompt
+    tokens of hot work would wait past ``factor`` times its TTFT target."""
+    if queued_prefill <= 0:
+        return
+    ttft = (queued_prefill + prefill_left(seq)) * sp.per_token_s + sp.step_s
+    limit = factor * seq.targets.ttft_p99_s
+    if ttft > limit:
+        raise EngineOverloaded(
+            f"hot queue is full: estimated time to first token {ttft:.2f} s exceeds "
+            f"{limit:.2f} s", tier=seq.tier, retry_after_s=round(ttft - limit, 3))

@@ -1,0 +1,74 @@
+"""Knobs of the tier-aware policy. Every part can be switched off on its own, so tests and the
+simulator's ablations can measure what each one buys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LaserPolicyConfig:
+    """Switches (``*_enabled``) and thresholds of the ``laser`` policy.
+
+    Reserve: hot keeps headroom of tokens per step and KV blocks sized from its recent demand
+    (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
+    Chunking: when hot decodes run, the step is sized to fit ``tbt_safety`` of the tightest hot
+    TBT target; non-hot prefill is deferred while a hot request's TTFT slack is below
+    ``ttft_slack_frac`` of its target.
+    Demotion: hot slack below ``pressure_slack_frac`` of target for ``pressure_window_s``
+    demotes up to ``demote_fraction`` of demotable hot sessions (lowest weight first); they
+    return after ``restore_window_s`` without pressure.
+    Borrowing: warm may use what cold does not need for its deadlines (need times
+    ``cold_need_safety``); without borrowing warm is held to ``warm_share`` of the budget.
+    Cold: ordered by least slack, promoted when slack falls under ``promote_slack_s``;
+    admission refuses cold work whose serial completion bound misses its deadline.
+    Overload: a hot request whose estimated TTFT exceeds ``overload_ttft_factor`` times its
+    target is refused with a retry-after estimate.
+    Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
+    """
+
+    reserve_enabled: bool = True
+    reserve_margin: float = 0.25
+    reserve_window_s: float = 30.0
+    reserve_max_frac: float = 0.5
+    reserve_min_tokens: int = 0
+    chunking_enabled: bool = True
+    tbt_safety: float = 0.8
+    ttft_slack_frac: float = 0.25
+    demotion_enabled: bool = True
+    pressure_slack_frac: float = 0.2
+    pressure_window_s: float = 2.0
+    restore_window_s: float = 10.0
+    demote_fraction: float = 0.25
+    borrowing_enabled: bool = True
+    warm_share: float = 0.3
+    cold_need_safety: float = 1.5
+    cold_slack_enabled: bool = True
+    promote_slack_s: float = 60.0
+    cold_refresh_s: float = 1.0
+    admission_enabled: bool = True
+    overload_enabled: bool = True
+    overload_ttft_factor: float = 2.0
+    aging_enabled: bool = True
+    aging_warm_s: float = 30.0
+    aging_cold_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in ("reserve_margin", "reserve_window_s", "pressure_window_s",
+                     "restore_window_s", "cold_need_safety", "promote_slack_s",
+                     "cold_refresh_s", "overload_ttft_factor", "aging_warm_s", "aging_cold_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative")
+        for name in ("reserve_max_frac", "tbt_safety", "ttft_slack_frac", "pressure_slack_frac",
+                     "demote_fraction", "warm_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must lie in [0, 1]")
+        if self.reserve_min_tokens < 0:
+            raise ValueError("reserve_min_tokens must be non-negative")
+
+    @classmethod
+    def none(cls) -> LaserPolicyConfig:
+        """Every part off: the policy degenerates to strict priority by tier."""
+        return cls(reserve_enabled=False, chunking_enabled=False, demotion_enabled=False,
+                   borrowing_enabled=False, warm_share=1.0, cold_slack_enabled=False,
+                   admission_enabled=False, overload_enabled=False, aging_enabled=False)

@@ -1,0 +1,175 @@
+"""Filling one step of the ``laser`` policy: who runs, how many tokens, who is preempted.
+
+Kept apart from the policy object so that the per-step bookkeeping (tokens used per class,
+the TBT cap, the hot reserve, the victim list) lives and dies with the step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from inference.kv.block_manager import BlockCopy
+from inference.scheduler.cost import max_tokens_within
+from inference.scheduler.laser.slack import hot_slack_frac
+from inference.scheduler.plan import ScheduledSeq
+from inference.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from inference.scheduler.laser.policy import LaserScheduler
+
+MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent
+RUNNING = SequenceStatus.RUNNING
+
+
+class StepFill:
+    def __init__(self, sched: LaserScheduler, now: float) -> None:
+        self.s, self.now = sched, now
+        self.p = sched.policy
+        self.budget = sched.config.max_num_batched_tokens
+        self.items: dict[str, tuple[tuple[ScheduledSeq, list[BlockCopy]], int]] = {}
+        self.preempted: list[str] = []
+        self.used = 0
+        self.used_by_class = [0, 0, 0, 0]
+        self.hot_blocks = 0
+        self.hot_min_slack = math.inf
+        self.context = 0
+        self._admit_closed = False
+
+    # ---- the step -------------------------------------------------------------------------
+    def run(self) -> None:
+        s = self.s
+        keyed = sorted((s.key(q), q) for q in s.running)
+        self.context = sum(q.num_computed_tokens for _, q in keyed)
+        self.victims = [q for _, q in keyed]  # least urgent at the end
+        decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
+        prefills = [(k, q) for k, q in keyed if q.is_prefilling]
+        waiting = [(s.key(q), q) for q in s.waiting]
+        self._limits(decodes, prefills, waiting)
+        for k, q in decodes:
+            self._run_one(k, q, 1)
+        for k, q, is_waiting in self._merge(prefills, waiting):
+            if self.used >= self.budget:
+                break
+            if q.status is RUNNING or is_waiting:
+                self._prefill(k, q, is_waiting)
+
+    def _merge(self, prefills, waiting):
+        tagged = [(k, q, False) for k, q in prefills] + [(k, q, True) for k, q in waiting]
+        tagged.sort(key=lambda t: t[0])
+        return tagged
+
+    def _limits(self, decodes, prefills, waiting) -> None:
+        """The step's caps, from hot's state: TBT cap, TTFT deferral, reserve, warm cap."""
+        p, s, sp = self.p, self.s, self.s.speeds
+        hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
+        for k, q in decodes:
+            if k[0] == 0:
+                self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
+        ttft_min = math.inf
+        for k, q in prefills + [w for w in waiting if w[0][0] == 0]:
+            if k[0] == 0:
+                ttft_min = min(ttft_min, hot_slack_frac(q, self.now, sp))
+        self.hot_min_slack = min(self.hot_min_slack, ttft_min)
+        self.cap = self.budget
+        if p.chunking_enabled and hot_tbt:
+            fit = max_tokens_within(s.cost, p.tbt_safety * min(hot_tbt), self.context,
+                                    self.budget)
+            self.cap = max(len(decodes), fit)
+        self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
+        self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
+        self.hold_blocks = s.reserve.blocks(s.kv.num_blocks) if p.reserve_enabled else 0
+        if p.borrowing_enabled:
+            spare = self.budget - self.hold_tokens - round(s.cold_need)
+            self.warm_cap = max(int(p.warm_share * self.budget), spare)
+        else:
+            self.warm_cap = int(p.warm_share * self.budget)
+
+    def _allowance(self, cls: int) -> int:
+        left = self.budget - self.used
+        if cls == 0:
+            return min(left, max(self.cap - self.used, MIN_HOT_CHUNK))
+        if self.defer:
+            return 0
+        n = min(left - max(0, self.hold_tokens - self.used_by_class[0]), self.cap - self.used)
+        if cls == 2:
+            n = min(n, self.warm_cap - self.used_by_class[2])
+        return n
+
+    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
+        cls = key[0]
+        n = self._allowance(cls)
+        if n <= 0:
+            return
+        if cls > 0 and self.hold_blocks:
+            if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
+                if is_waiting:
+                    self._admit_closed = True
+                return
+        if is_waiting:
+            self._admit(key, seq, n)
+        else:
+            self._run_one(key, seq, n)
+
+    def _admit(self, key: tuple, seq: Sequence, n: int) -> None:
+        s, cls = self.s, key[0]
+        if self._admit_closed and cls > 1:
+            return
+        while len(s.running) >= s.config.max_num_seqs:
+            if cls > 1 or not self._preempt_below(key):
+                return
+        got = s.try_schedule(seq, n)
+        while got is None and cls <= 1 and self._preempt_below(key):
+            got = s.try_schedule(seq, n)
+        if got is None:
+            s.release_unscheduled(seq)
+            self._admit_closed = True
+            return
+        s.start_running(seq, self.now)
+        self._take(seq, got, cls)
+
+    def _run_one(self, key: tuple, seq: Sequence, n: int) -> None:
+        s = self.s
+        if seq.status is not RUNNING:
+            return
+        got = s.try_schedule(seq, n)
+        while got is None and self._preempt_below(key):
+            got = s.try_schedule(seq, n)
+        if got is None:
+            self._preempt(seq)
+            return
+        self._take(seq, got, key[0])
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def _take(self, seq: Sequence, got, cls: int) -> None:
+        self.items[seq.seq_id] = (got, cls)
+        self.used += got[0].num_tokens
+        self.used_by_class[cls] += got[0].num_tokens
+        if cls == 0:
+            self.hot_blocks += len(seq.block_ids)
+
+    def _preempt_below(self, key: tuple) -> bool:
+        """Preempt the least urgent running sequence ranked after ``key``; False if none."""
+        s = self.s
+        while self.victims:
+            victim = self.victims[-1]
+            if victim.status is not RUNNING:
+                self.victims.pop()
+                continue
+            if s.key(victim) <= key:
+                return False
+            self.victims.pop()
+            self._preempt(victim)
+            return True
+        return False
+
+    def _preempt(self, seq: Sequence) -> None:
+        entry = self.items.pop(seq.seq_id, None)
+        if entry is not None:
+            (item, _), cls = entry
+            self.used -= item.num_tokens
+            self.used_by_class[cls] -= item.num_tokens
+            if cls == 0:
+                self.hot_blocks -= len(seq.block_ids)
+        self.s.preempt(seq)
+        self.preempted.append(seq.seq_id)

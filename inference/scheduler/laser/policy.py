@@ -1,0 +1,206 @@
+"""The ``laser`` policy: keep each tier's contract instead of one order for all.
+
+Each step ranks sequences into classes — 0 hot (and anything aged past its tier's bound),
+1 cold promoted because its deadline slack ran out, 2 warm (and demoted hot), 3 cold by least
+slack — then fills the step: every running decode first (one token each, most urgent first),
+then prefill work class by class under the token budget, the hot TBT cap and the hot
+reserve. A sequence short of KV blocks preempts the least urgent running sequence ranked
+below it (cold with the most slack first, then warm), never one above it. The parts live in
+their own modules and each can be switched off in ``LaserPolicyConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from inference.errors import EngineOverloaded
+from inference.kv.block_manager import BlockManager
+from inference.request import Tier, TierChange
+from inference.scheduler.base import Scheduler
+from inference.scheduler.config import SchedulerConfig
+from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
+from inference.scheduler.laser.admission import check_cold, check_hot
+from inference.scheduler.laser.config import LaserPolicyConfig
+from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
+from inference.scheduler.laser.reserve import HotReserve
+from inference.scheduler.laser.slack import (
+    Speeds,
+    cold_need_tokens,
+    cold_slack,
+    prefill_left,
+)
+from inference.scheduler.plan import StepPlan
+from inference.sequence import Sequence
+
+HOT, WARM, COLD = Tier.HOT, Tier.WARM, Tier.COLD
+
+
+class LaserScheduler(Scheduler):
+    name = "laser"
+
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
+                 policy_config: LaserPolicyConfig | None = None,
+                 cost: CostEstimator | None = None) -> None:
+        super().__init__(config, block_manager)
+        self.policy = p = policy_config or LaserPolicyConfig()
+        self.cost: CostEstimator = cost or EwmaCostEstimator()
+        self.reserve = HotReserve(p.reserve_window_s, p.reserve_margin, p.reserve_max_frac,
+                                  p.reserve_min_tokens)
+        self.pressure = PressureTracker(p.pressure_window_s, p.restore_window_s)
+        self.speeds = Speeds.measure(self.cost, 1, 0, config.long_prefill_chunk,
+                                     config.max_num_batched_tokens)
+        self.demoted: set[str] = set()  # request ids
+        self.promoted: set[str] = set()  # seq ids
+        self.aged: set[str] = set()  # seq ids
+        self.cold_slack: dict[str, float] = {}
+        self.cold_need = 0.0
+        self.num_demotions = self.num_promotions = 0
+        self._refreshed = -math.inf
+        self._last_tokens = 1
+        self._context = 0
+        self._other_load = 0.0  # EWMA: fraction of the token budget hot and warm used
+        self._hot_refused = False
+        self._hot_min_slack = math.inf
+
+    # ---- engine hooks ---------------------------------------------------------------------
+    def observe_step(self, num_tokens: int, seconds: float) -> None:
+        """Feed a measured step time to the cost estimator (the real engine calls this)."""
+        self.cost.observe_step(num_tokens, seconds)
+
+    def reserved_idle_blocks(self) -> int:
+        """KV blocks held back for hot and not in use right now."""
+        if not self.policy.reserve_enabled:
+            return 0
+        return min(self.reserve.blocks(self.kv.num_blocks), self.kv.num_free_blocks)
+
+    # ---- ranking --------------------------------------------------------------------------
+    def rank(self, seq: Sequence) -> int:
+        if seq.seq_id in self.aged:
+            return 0
+        tier = seq.tier
+        if tier is HOT:
+            return 0
+        if tier is WARM:
+            return 1 if seq.seq_id in self.promoted else 2
+        return 3
+
+    def key(self, seq: Sequence) -> tuple:
+        cls = self.rank(seq)
+        if cls in (1, 3) and self.policy.cold_slack_enabled:
+            return (cls, self.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
+        return (cls, seq.arrival_time, seq.seq_id)
+
+    # ---- admission ------------------------------------------------------------------------
+    def admit(self, seqs: list[Sequence], now: float) -> None:
+        super().admit(seqs, now)
+        p, head = self.policy, seqs[0]
+        if head.tier is COLD and p.admission_enabled and head.deadline is not None:
+            admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
+            check_cold(seqs, admitted, now, self.speeds, share=1.0 - self._other_load,
+                       concurrency=self._cold_concurrency(seqs, len(admitted)),
+                       safety=p.cold_need_safety)
+        elif head.tier is HOT and p.overload_enabled:
+            queued = sum(prefill_left(s) for s in self.seqs.values()
+                         if s.first_token_time is None and self.rank(s) == 0)
+            try:
+                check_hot(head, queued, now, self.speeds, p.overload_ttft_factor)
+            except EngineOverloaded:
+                self._hot_refused = True
+                raise
+
+    def _cold_concurrency(self, seqs: list[Sequence], num_admitted: int) -> int:
+        per_seq = max(1, seqs[0].num_tokens + seqs[0].remaining_output)
+        kv_room = self.kv.num_blocks * self.kv.block_size // per_seq
+        return max(1, min(self.config.max_num_seqs, num_admitted + len(seqs), kv_room))
+
+    # ---- a step ---------------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan:
+        p = self.policy
+        cfg = self.config
+        self.speeds = Speeds.measure(self.cost, self._last_tokens, self._context,
+                                     cfg.long_prefill_chunk, cfg.max_num_batched_tokens)
+        changes: list[tuple[str, TierChange]] = []
+        if now - self._refreshed >= p.cold_refresh_s:
+            self._refreshed = now
+            if p.aging_enabled:
+                self._age(now)
+            if p.cold_slack_enabled or p.borrowing_enabled:
+                self._refresh_cold(now, changes)
+        if p.demotion_enabled:
+            self._demotion_step(now, changes)
+        fill = StepFill(self, now)
+        fill.run()
+        self._after_step(fill)
+        plan = self.make_plan([g for g, _ in fill.items.values()], fill.preempted,
+                              tier_changes=tuple(changes))
+        self._last_tokens = max(1, plan.num_batched_tokens)
+        return plan
+
+    def _after_step(self, fill: StepFill) -> None:
+        budget = self.config.max_num_batched_tokens
+        self._context = fill.context
+        self._hot_min_slack = fill.hot_min_slack
+        other = fill.used_by_class[0] + fill.used_by_class[2]
+        self._other_load += 0.05 * (min(1.0, other / budget) - self._other_load)
+        if self.policy.reserve_enabled:
+            self.reserve.observe(fill.now, fill.used_by_class[0], fill.hot_blocks)
+
+    def _age(self, now: float) -> None:
+        p = self.policy
+        bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
+        for seq in self.waiting:
+            b = bound.get(seq.tier)
+            if b is not None and seq.first_scheduled_time is None and now - seq.arrival_time > b:
+                self.aged.add(seq.seq_id)
+
+    def _refresh_cold(self, now: float, changes: list) -> None:
+        sp, p = self.speeds, self.policy
+        cold = [s for s in self.seqs.values() if s.asked_tier is COLD]
+        self.cold_slack = {s.seq_id: cold_slack(s, now, sp) for s in cold}
+        self.cold_need = p.cold_need_safety * cold_need_tokens(cold, now, sp)
+        if not p.cold_slack_enabled:
+            return
+        for seq in cold:
+            slack = self.cold_slack[seq.seq_id]
+            if slack < p.promote_slack_s and seq.seq_id not in self.promoted:
+                self.promoted.add(seq.seq_id)
+                seq.tier = WARM
+                self.num_promotions += 1
+                changes.append((seq.seq_id, TierChange(
+                    COLD, WARM, f"deadline slack {slack:.0f} s below {p.promote_slack_s:.0f} s",
+                    now)))
+
+    def _demotion_step(self, now: float, changes: list) -> None:
+        p = self.policy
+        pressured = self._hot_refused or self._hot_min_slack < p.pressure_slack_frac
+        self._hot_refused = False
+        action = self.pressure.update(now, pressured, bool(self.demoted))
+        if action == "demote":
+            hot = [s for s in self.running + self.waiting if s.tier is HOT]
+            for rid in pick_demotions(hot, p.demote_fraction):
+                self._retier(rid, HOT, WARM, now, changes,
+                             f"sustained hot pressure: slack under {p.pressure_slack_frac:.0%} "
+                             f"of target for {p.pressure_window_s:g} s")
+                self.demoted.add(rid)
+                self.num_demotions += 1
+        elif action == "restore":
+            for rid in sorted(self.demoted):
+                self._retier(rid, WARM, HOT, now, changes, "hot pressure ended")
+            self.demoted.clear()
+
+    def _retier(self, rid: str, old: Tier, new: Tier, now: float, changes: list,
+                reason: str) -> None:
+        for seq in self.seqs.values():
+            if seq.request_id == rid and seq.tier is old:
+                seq.tier = new
+                changes.append((seq.seq_id, TierChange(old, new, reason, now)))
+
+    def _finish(self, seq, status) -> None:
+        super()._finish(seq, status)
+        self.promoted.discard(seq.seq_id)
+        self.aged.discard(seq.seq_id)
+        self.cold_slack.pop(seq.seq_id, None)
+        if seq.request_id in self.demoted and not any(
+                s.request_id == seq.request_id for s in self.running):
+            self.demoted.discard(seq.request_id)

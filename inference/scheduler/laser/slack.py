@@ -1,0 +1,78 @@
+"""Slack: how much time a request can still lose and keep its contract.
+
+Work is priced with a ``Speeds`` snapshot of the cost estimator: a prompt token costs its
+marginal share of a step, an output token costs a whole step (a sequence decodes one token
+per step however large the batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from inference.scheduler.cost import CostEstimator
+from inference.sequence import Sequence
+
+_PROBE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Speeds:
+    base_s: float  # fixed cost of a step
+    per_token_s: float  # marginal cost of one more token in a step
+    step_s: float  # a typical step: the decode cadence
+    chunk: int = 1 << 30  # most prompt tokens one sequence advances per step
+    full_step_s: float = 0.0  # a step that spends the whole token budget
+
+    @classmethod
+    def measure(cls, est: CostEstimator, typical_tokens: int, context_tokens: int,
+                chunk: int = 1 << 30, budget: int = 0) -> Speeds:
+        base = est.step_time(0, context_tokens)
+        per_token = max(0.0, (est.step_time(_PROBE, context_tokens) - base) / _PROBE)
+        step = max(est.step_time(max(1, typical_tokens), context_tokens), 1e-9)
+        full = max(step, est.step_time(budget, context_tokens))
+        return cls(base, per_token, step, chunk, full)
+
+
+def prefill_left(seq: Sequence) -> int:
+    """Tokens still to compute before the sequence only decodes."""
+    return max(0, seq.num_tokens - seq.num_computed_tokens - 1)
+
+
+def work_s(seq: Sequence, sp: Speeds, *, worst: bool = False) -> float:
+    """Seconds the sequence needs if it ran every step from now on: its prompt chunks, each
+    a step of its own but the last (which yields the first token), then one step a token.
+    ``worst`` prices those steps as full ones (others' prefill sharing them)."""
+    left = prefill_left(seq)
+    chunks = -(-(left + 1) // sp.chunk) - 1
+    step = sp.full_step_s if worst else sp.step_s
+    return left * sp.per_token_s + chunks * sp.base_s + seq.remaining_output * step
+
+
+def cold_slack(seq: Sequence, now: float, sp: Speeds) -> float:
+    """Deadline minus now minus the remaining work; infinite without a deadline."""
+    if seq.deadline is None:
+        return math.inf
+    return seq.deadline - now - work_s(seq, sp)
+
+
+def hot_slack_frac(seq: Sequence, now: float, sp: Speeds) -> float:
+    """Slack as a fraction of the binding target: TTFT before the first token, TBT after."""
+    t = seq.targets
+    if seq.first_token_time is None:
+        left = t.ttft_p99_s - (now - seq.arrival_time) - prefill_left(seq) * sp.per_token_s
+        return (left - sp.step_s) / t.ttft_p99_s
+    return (t.tbt_p99_s - sp.step_s) / t.tbt_p99_s
+
+
+def cold_need_tokens(cold: Iterable[Sequence], now: float, sp: Speeds) -> float:
+    """Prefill tokens per step cold needs so that every deadline holds if it got them."""
+    need = 0.0
+    for seq in cold:
+        left = prefill_left(seq)
+        if not left or seq.deadline is None:
+            continue
+        steps = (seq.deadline - now) / sp.step_s - seq.remaining_output
+        need += left / max(1.0, steps)
+    return need

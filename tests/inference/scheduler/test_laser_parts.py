@@ -1,0 +1,139 @@
+"""Each part of the ``laser`` policy on its own: the others switched off where they'd blur it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from inference.request import ContractTargets, Tier
+from inference.scheduler import LaserPolicyConfig, LinearCost
+from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
+from inference.scheduler.laser.reserve import HotReserve, SlidingPeak
+from tests.inference.factories import make_request, make_scheduler, step
+
+OFF = LaserPolicyConfig.none()
+COST = LinearCost(0.01, 0.001)
+
+
+def laser(policy: LaserPolicyConfig = OFF, cost=COST, **config):
+    return make_scheduler("laser", options={"policy_config": policy, "cost": cost}, **config)
+
+
+def ids(plan):
+    return [s.seq_id for s in plan.scheduled]
+
+
+def test_sliding_peak_forgets_old_values():
+    peak = SlidingPeak(10.0)
+    for t, v in [(0, 5), (1, 3), (2, 4)]:
+        peak.observe(t, v)
+    assert peak.value == 5
+    peak.observe(11, 1)
+    assert peak.value == 4
+
+
+def test_reserve_follows_hot_demand_and_is_capped():
+    r = HotReserve(window=10, margin=0.5, max_frac=0.5)
+    assert r.tokens(100) == 0 and r.blocks(100) == 0
+    for t in range(200):
+        r.observe(t, hot_tokens=20, hot_blocks=30 if t < 195 else 10)
+    assert r.tokens(100) == 30  # mean 20 plus half
+    assert r.blocks(100) == 35  # back to peak 30 (+50 %) from the 10 it holds now
+    assert r.blocks(40) == 20  # capped at half the pool
+
+
+def test_reserve_keeps_blocks_from_cold_admission():
+    policy = replace(OFF, reserve_enabled=True, reserve_margin=0.0, reserve_max_frac=0.5)
+    sched = laser(policy, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
+    sched.add(make_request("h", 24, max_tokens=2), 0.0)  # 7 blocks of 4 at its peak
+    for t in range(3):
+        step(sched, float(t))
+    assert not sched.running
+    sched.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
+    plan = step(sched, 3.0)
+    assert "c-0" not in ids(plan)  # 11 blocks would eat hot's 7 of the 16
+    no_reserve = laser(OFF, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
+    no_reserve.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
+    assert "c-0" in ids(step(no_reserve, 3.0))
+
+
+def test_hot_preempts_cold_first_then_warm():
+    sched = laser(num_blocks=9, max_num_batched_tokens=64, long_prefill_chunk=64)
+    sched.add(make_request("w", 8, max_tokens=20, tier=Tier.WARM, arrival=0.0), 0.0)
+    sched.add(make_request("c", 8, max_tokens=20, tier=Tier.COLD, arrival=1.0,
+                           deadline=1e6), 0.0)
+    step(sched, 0.0)
+    assert {s.seq_id for s in sched.running} == {"w-0", "c-0"}
+    sched.add(make_request("h", 16, max_tokens=2, arrival=2.0, salt="h"), 2.0)
+    plan = step(sched, 2.0)
+    assert plan.preempted == ("c-0",)
+    assert "h-0" in ids(plan) and "w-0" in ids(plan)
+    sched.add(make_request("h2", 16, max_tokens=2, arrival=3.0, salt="h2"), 3.0)
+    plan = step(sched, 3.0)
+    assert plan.preempted == ("w-0",)
+
+
+def test_long_prefill_chunk_shrinks_under_hot_tbt():
+    hot = ContractTargets(tbt_p99_s=0.03)
+    for chunking, expect in ((False, 31), (True, 14 - 1)):
+        sched = laser(replace(OFF, chunking_enabled=chunking), max_num_batched_tokens=32,
+                      long_prefill_chunk=32)
+        sched.add(make_request("h", 4, max_tokens=50, targets=hot), 0.0)
+        step(sched, 0.0)  # hot prefilled, now decoding
+        sched.add(make_request("c", 100, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
+        plan = step(sched, 1.0)
+        chunk = next(s for s in plan.scheduled if s.seq_id == "c-0")
+        assert chunk.num_tokens == expect  # 0.8 * 30 ms fits 14 tokens at 1 ms + 10 ms
+
+
+def test_non_hot_prefill_waits_while_hot_ttft_slack_is_small():
+    # 63 prompt tokens at 1 ms leave 16 ms of a 90 ms TTFT target: 18 %, under the 25 % bar.
+    for ttft, expect in ((0.09, ["h-0"]), (0.5, ["h-0", "c-0"])):
+        sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=32,
+                      long_prefill_chunk=16)
+        sched.add(make_request("c", 40, max_tokens=2, tier=Tier.COLD, deadline=1e6), 0.0)
+        sched.add(make_request("h", 64, max_tokens=2, targets=ContractTargets(ttft_p99_s=ttft),
+                               salt="h"), 0.0)
+        assert ids(step(sched, 0.0)) == expect
+
+
+def test_pressure_tracker_needs_a_sustained_window():
+    tr = PressureTracker(window=2.0, restore=3.0)
+    assert tr.update(0.0, True, False) is None
+    assert tr.update(1.0, False, False) is None  # the stretch broke
+    assert tr.update(1.5, True, False) is None
+    assert tr.update(3.5, True, False) == "demote"
+    assert tr.update(4.0, False, True) is None
+    assert tr.update(7.0, False, True) == "restore"
+
+
+def test_pick_demotions_lowest_weight_first_and_only_demotable():
+    def hot(rid, weight, demotable=True):
+        return make_request(rid, targets=ContractTargets(priority_weight=weight,
+                                                         demotable=demotable))[0]
+    seqs = [hot("a", 3.0), hot("b", 1.0), hot("c", 0.5, demotable=False), hot("d", 2.0)]
+    assert pick_demotions(seqs, 0.5) == ["b", "d"]
+    assert pick_demotions([seqs[2]], 1.0) == []
+
+
+def test_sustained_pressure_demotes_then_restores_with_reasons():
+    policy = replace(OFF, demotion_enabled=True, pressure_window_s=2.0, restore_window_s=3.0,
+                     demote_fraction=0.5)
+    # A 10 ms TBT target cannot hold with 20 ms steps: hot is under pressure at once.
+    tight = ContractTargets(tbt_p99_s=0.01, demotable=True, priority_weight=1.0)
+    heavy = ContractTargets(tbt_p99_s=0.01, demotable=True, priority_weight=5.0)
+    sched = laser(policy, cost=LinearCost(0.02, 0.0))
+    sched.add(make_request("light", 4, max_tokens=100, targets=tight), 0.0)
+    sched.add(make_request("heavy", 4, max_tokens=100, targets=heavy), 0.0)
+    changes = []
+    for t in range(5):
+        changes += step(sched, float(t)).tier_changes
+    assert [(sid, c.from_tier, c.to_tier) for sid, c in changes] == [
+        ("light-0", Tier.HOT, Tier.WARM)]
+    assert "pressure" in changes[0][1].reason
+    assert sched.seqs["light-0"].asked_tier is Tier.HOT
+    sched.seqs["heavy-0"].targets = ContractTargets(tbt_p99_s=1.0)  # pressure ends
+    later = []
+    for t in range(5, 12):
+        later += step(sched, float(t)).tier_changes
+    assert [(sid, c.to_tier, c.reason) for sid, c in later] == [
+        ("light-0", Tier.HOT, "hot pressure ended")]
