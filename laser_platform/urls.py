@@ -9,6 +9,7 @@ urlpatterns = [
     path("", include("apps.core.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.gateway.urls")),
+    path("", include("apps.batches.urls")),
     path("", include("apps.slo.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -38,6 +38,7 @@ LASER_APPS = [
     "apps.tenants",
     "apps.gateway",
     "apps.slo",
+    "apps.batches",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
@@ -112,3 +113,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# Last, because it overrides Celery values above (visibility timeout vs. task length).
+from laser_platform.settings.batches import *  # noqa: E402, F403

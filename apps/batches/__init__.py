@@ -1,0 +1,1 @@
+"""Cold tier: OpenAI-compatible Files and Batches API, run by Celery against the engine."""

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.conf import settings
+
+
+class BatchesConfig(AppConfig):
+    name = "apps.batches"
+    label = "batches"
+    verbose_name = "Batches (cold tier)"
+
+    def ready(self) -> None:
+        # The embedded process (`manage.py serve`) runs a Celery worker thread beside the ASGI
+        # server; a plain web front end or a `celery worker` process does not.
+        if settings.LASER_EMBEDDED and settings.LASER_BATCH_EMBEDDED_WORKER:
+            from apps.batches import worker
+            from apps.core.lifecycle import register_component
+
+            embedded = worker.EmbeddedWorker()
+            register_component("batch-worker", start=embedded.start, stop=embedded.stop,
+                               ready=embedded.is_ready)

@@ -1,0 +1,44 @@
+"""Enqueueing batch tasks. Services call these instead of importing the task module, and always
+after commit (``after_commit``), so a worker never races the transaction that made the work.
+
+A failed enqueue (broker down) is logged, not raised: the sweep (``tasks.sweep``) and the resume
+at start re-enqueue whatever a batch still needs, from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+
+def after_commit(send: Callable[..., None], *args: int) -> None:
+    transaction.on_commit(lambda: _safely(send, *args))
+
+
+def _safely(send: Callable[..., None], *args: int) -> None:
+    try:
+        send(*args)
+    except Exception:
+        logger.exception("could not enqueue %s%r; the sweep will retry", send.__name__, args)
+
+
+def validate(batch_id: int) -> None:
+    from apps.batches.tasks import validate_batch
+
+    validate_batch.delay(batch_id)
+
+
+def chunk(batch_id: int, first: int, last: int) -> None:
+    from apps.batches.tasks import run_chunk
+
+    run_chunk.delay(batch_id, first, last)
+
+
+def finalize(batch_id: int) -> None:
+    from apps.batches.tasks import finalize_batch
+
+    finalize_batch.delay(batch_id)

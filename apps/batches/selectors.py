@@ -1,0 +1,131 @@
+"""Batch reads: live request counts, list pages, and the views the SLO app shows.
+
+``request_counts`` are computed from the lines on every read, so they are live while a batch
+runs and can never drift from the results: ``completed`` = lines that succeeded, ``failed`` =
+lines refused, failed, expired or cancelled, ``total`` = every request line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db.models import Count
+from django.utils import timezone
+
+from apps.batches.models import Batch, BatchLine, BatchStatus, LineStatus
+from apps.tenants.models import Tenant
+from laser_platform.errors import NotFoundError
+
+
+def _fold(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
+    counts = {"total": 0, "completed": 0, "failed": 0}
+    for status, n in rows:
+        counts["total"] += n
+        if status == LineStatus.SUCCEEDED:
+            counts["completed"] += n
+        elif status != LineStatus.PENDING:
+            counts["failed"] += n
+    return counts
+
+
+def request_counts(batch: Batch) -> dict[str, int]:
+    rows = (BatchLine.objects.filter(batch_id=batch.pk).values_list("status")
+            .annotate(n=Count("id")).order_by())
+    return _fold(rows)
+
+
+def request_counts_many(batch_pks: list[int]) -> dict[int, dict[str, int]]:
+    """``request_counts`` for many batches in one query (list pages)."""
+    grouped: dict[int, list[tuple[str, int]]] = {pk: [] for pk in batch_pks}
+    rows = (BatchLine.objects.filter(batch_id__in=batch_pks).values_list("batch_id", "status")
+            .annotate(n=Count("id")).order_by())
+    for batch_id, status, n in rows:
+        grouped[batch_id].append((status, n))
+    return {pk: _fold(rows) for pk, rows in grouped.items()}
+
+
+def batches_list(*, tenant: Tenant, after: str | None = None,
+                 limit: int = 20) -> tuple[list[Batch], bool]:
+    """The tenant's batches, newest first, after the cursor ``after``; and whether more follow."""
+    rows = Batch.objects.filter(tenant=tenant).order_by("-id")
+    if after:
+        anchor = Batch.objects.filter(tenant=tenant, uid=after).values_list("id", flat=True)
+        anchor_id = anchor.first()
+        if anchor_id is None:
+            raise NotFoundError(f"No such Batch object: {after}", param="after")
+        rows = rows.filter(id__lt=anchor_id)
+    page = list(rows[: limit + 1])
+    return page[:limit], len(page) > limit
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """One batch as the dashboard and ``batch_status`` show it."""
+
+    id: str
+    status: str
+    endpoint: str
+    total: int
+    completed: int
+    failed: int
+    created_at: dt.datetime
+    deadline_at: dt.datetime
+    finished_at: dt.datetime | None
+    on_time: bool | None
+
+    @property
+    def done(self) -> int:
+        return self.completed + self.failed
+
+    @property
+    def fraction(self) -> float:
+        """Share of lines that reached a final state (1.0 for an empty finished batch)."""
+        if self.total == 0:
+            return 1.0 if self.finished_at else 0.0
+        return self.done / self.total
+
+    @property
+    def seconds_left(self) -> float:
+        return (self.deadline_at - timezone.now()).total_seconds()
+
+
+def progress_of(batch: Batch, counts: dict[str, int] | None = None) -> BatchProgress:
+    counts = counts or request_counts(batch)
+    return BatchProgress(batch.uid, batch.status, batch.endpoint, counts["total"],
+                         counts["completed"], counts["failed"], batch.created_at,
+                         batch.deadline_at, batch.finished_at, batch.on_time)
+
+
+def batches_for_dashboard(*, tenant: Tenant, limit: int = 20) -> list[BatchProgress]:
+    """The tenant's latest batches with live progress, newest first (SLO dashboard)."""
+    batches = list(Batch.objects.filter(tenant=tenant).order_by("-id")[:limit])
+    counts = request_counts_many([b.pk for b in batches])
+    return [progress_of(b, counts[b.pk]) for b in batches]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """A finished cold job, for on-time accounting: on time when it completed by its deadline."""
+
+    id: str
+    tenant_id: int
+    status: str
+    deadline_at: dt.datetime
+    finished_at: dt.datetime
+    on_time: bool
+
+
+def batch_outcomes(*, tenant: Tenant | None = None,
+                   since: dt.datetime | None = None) -> list[BatchOutcome]:
+    """Finished batches (optionally of one tenant, finished since ``since``), oldest first."""
+    rows = Batch.objects.filter(finished_at__isnull=False).order_by("finished_at")
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    if since is not None:
+        rows = rows.filter(finished_at__gte=since)
+    # Refused at validation or cancelled by the tenant: not a job the platform ran to its end.
+    rows = rows.exclude(status__in=[BatchStatus.FAILED, BatchStatus.CANCELLED])
+    return [BatchOutcome(b.uid, b.tenant_id, b.status, b.deadline_at, b.finished_at,
+                         bool(b.on_time)) for b in rows]

@@ -1,0 +1,191 @@
+"""Batch writes: create, validate, start, cancel. Finalization lives in ``finalize.py``; running
+lines through the engine in ``execution.py``.
+
+Every state change is a conditional UPDATE on the current status, so two workers (a redelivered
+task next to the original, the sweep next to a chunk) can never both make the same transition.
+Tasks are enqueued after the transaction commits, so a worker never looks for a row that is not
+there yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.batches import dispatch
+from apps.batches.files import expiry_seconds, file_get
+from apps.batches.models import Batch, BatchFile, BatchLine, BatchStatus, LineStatus
+from apps.batches.reports import report_batch_state, report_line
+from apps.batches.validation import ENDPOINTS, InputLine, validate_input
+from apps.batches.windows import window_deadline_s
+from apps.slo.selectors import contract_for
+from apps.tenants.models import ApiKey, Tenant
+from laser_platform.errors import BadRequestError, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+COLD = "cold"
+CANCELLABLE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
+
+
+def _check_metadata(metadata: Any) -> dict | None:
+    if metadata is None:
+        return None
+    ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
+        isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+        for k, v in metadata.items())
+    if not ok:
+        raise BadRequestError("'metadata' takes at most 16 string pairs (keys up to 64 "
+                              "characters, values up to 512).", param="metadata",
+                              code="invalid_value")
+    return metadata
+
+
+def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, endpoint: Any,
+                 completion_window: Any, metadata: Any = None,
+                 output_expires_after: Any = None) -> Batch:
+    """Accept a batch (status ``validating``) and enqueue its validation.
+
+    400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
+    promise, bad metadata; 404 for an input file the tenant does not have.
+    """
+    if endpoint not in ENDPOINTS:
+        raise BadRequestError(f"'endpoint' must be one of {sorted(ENDPOINTS)}.",
+                              param="endpoint", code="invalid_value")
+    if not isinstance(input_file_id, str) or not input_file_id:
+        raise BadRequestError("'input_file_id' is required.", param="input_file_id",
+                              code="missing_required_parameter")
+    input_file = file_get(tenant=tenant, file_id=input_file_id)
+    if input_file.purpose != BatchFile.Purpose.BATCH:
+        raise BadRequestError("The input file must have purpose 'batch'.",
+                              param="input_file_id", code="invalid_value")
+    contract = contract_for(tenant=tenant, tier=COLD)
+    window_s = window_deadline_s(completion_window, contract=contract)
+    now = timezone.now()
+    batch = Batch.objects.create(
+        tenant=tenant, api_key=api_key, input_file=input_file, input_file_uid=input_file.uid,
+        endpoint=endpoint, completion_window=completion_window.strip(),
+        metadata=_check_metadata(metadata), contract_version_id=contract.version_id,
+        output_expires_after_s=expiry_seconds(output_expires_after,
+                                              param="output_expires_after"),
+        deadline_at=now + dt.timedelta(seconds=window_s),
+    )
+    report_batch_state(batch)
+    dispatch.after_commit(dispatch.validate, batch.pk)
+    return batch
+
+
+def batch_get(*, tenant: Tenant, batch_id: str) -> Batch:
+    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first()
+    if found is None:
+        raise NotFoundError(f"No such Batch object: {batch_id}", param="batch_id",
+                            code="batch_not_found")
+    return found
+
+
+def batch_cancel(*, tenant: Tenant, batch_id: str) -> Batch:
+    """Move a validating or running batch to ``cancelling``; the finalize task aborts what is
+    in the engine, keeps what finished, and ends in ``cancelled``. Idempotent."""
+    batch = batch_get(tenant=tenant, batch_id=batch_id)
+    if batch.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+        return batch
+    now = timezone.now()
+    moved = Batch.objects.filter(pk=batch.pk, status__in=CANCELLABLE).update(
+        status=BatchStatus.CANCELLING, cancelling_at=now)
+    batch.refresh_from_db()
+    if not moved:
+        raise BadRequestError(f"Cannot cancel a batch with status '{batch.status}'.",
+                              param="batch_id", code="batch_not_cancellable")
+    report_batch_state(batch)
+    dispatch.after_commit(dispatch.finalize, batch.pk)
+    return batch
+
+
+# --- validation (run by the validate task) -------------------------------------------------
+
+
+def batch_validate(*, batch_id: int) -> Batch | None:
+    """Validate a ``validating`` batch: fail it with file-level errors, or store its lines and
+    start it. Safe to run twice (lines are inserted with ``ignore_conflicts``)."""
+    batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
+    if batch is None or batch.status != BatchStatus.VALIDATING:
+        return batch
+    content = (BatchFile.objects.filter(pk=batch.input_file_id)
+               .values_list("content", flat=True).first())
+    contract = contract_for(tenant=batch.tenant, tier=COLD)
+    if content is None or contract is None:
+        why = "The input file was deleted." if content is None else "No cold contract."
+        return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
+                              "line": None}])
+    result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
+                            api_key=batch.api_key, contract=contract)
+    if not result.ok:
+        return _fail(batch, result.errors)
+    return _start(batch, result.lines)
+
+
+def _fail(batch: Batch, errors: list[dict]) -> Batch:
+    now = timezone.now()
+    Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+        status=BatchStatus.FAILED, failed_at=now, finished_at=now,
+        errors={"object": "list", "data": errors})
+    batch.refresh_from_db()
+    if batch.status == BatchStatus.CANCELLING:
+        dispatch.after_commit(dispatch.finalize, batch.pk)
+    report_batch_state(batch)
+    return batch
+
+
+def _line_row(batch: Batch, line: InputLine, now: dt.datetime) -> BatchLine:
+    row = BatchLine(batch=batch, line_no=line.line_no, custom_id=line.custom_id, body=line.body)
+    if line.refusal is not None:
+        row.status = LineStatus.FAILED
+        row.finished_at = now
+        row.response = {"status_code": line.refusal.status, "request_id": row.request_id,
+                        "body": line.refusal.body()}
+    return row
+
+
+def _start(batch: Batch, lines: list[InputLine]) -> Batch:
+    now = timezone.now()
+    rows = [_line_row(batch, line, now) for line in lines]
+    with transaction.atomic():
+        BatchLine.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+        moved = Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+            status=BatchStatus.IN_PROGRESS, in_progress_at=now)
+    batch.refresh_from_db()
+    for row in rows:
+        if row.status == LineStatus.FAILED and moved:
+            report_line(batch, row, outcome="rejected_400",
+                        error_code=str(row.response["body"]["error"].get("code") or ""))
+    report_batch_state(batch)
+    if batch.status == BatchStatus.IN_PROGRESS:
+        batch_enqueue_chunks(batch=batch)
+    else:  # cancelled while validating
+        dispatch.after_commit(dispatch.finalize, batch.pk)
+    return batch
+
+
+def chunk_ranges(line_nos: list[int], size: int) -> list[tuple[int, int]]:
+    """Split sorted line numbers into inclusive ``(first, last)`` ranges of ``size`` lines."""
+    return [(line_nos[i], line_nos[min(i + size, len(line_nos)) - 1])
+            for i in range(0, len(line_nos), size)]
+
+
+def batch_enqueue_chunks(*, batch: Batch) -> int:
+    """Enqueue chunk tasks covering every pending line (start, and resume after a restart);
+    with no pending line, enqueue finalization. Returns the number of chunks."""
+    from django.conf import settings
+
+    pending = list(batch.lines.filter(status=LineStatus.PENDING)
+                   .order_by("line_no").values_list("line_no", flat=True))
+    ranges = chunk_ranges(pending, settings.LASER_BATCH_CHUNK_LINES)
+    for first, last in ranges:
+        dispatch.after_commit(dispatch.chunk, batch.pk, first, last)
+    if not ranges:
+        dispatch.after_commit(dispatch.finalize, batch.pk)
+    return len(ranges)

@@ -1,0 +1,64 @@
+"""Celery tasks of the cold tier. Thin: they take ids, re-fetch, and call services.
+
+Every task here is idempotent (state checks and conditional writes), so all of them are
+``acks_late`` with ``reject_on_worker_lost``: a worker that dies mid-task leaves the message
+unacked and the broker hands it to another worker (Redis: after the visibility timeout, which
+``laser_platform/settings/batches.py`` keeps above the chunk's hard time limit).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from apps.batches import sweep as sweeping
+from apps.batches.execution import chunk_run
+from apps.batches.finalize import batch_finalize
+from apps.batches.services import batch_validate
+from inference.errors import EngineUnavailable
+
+logger = logging.getLogger(__name__)
+
+_SAFE = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+
+
+@shared_task(name="batches.validate", **_SAFE)
+def validate_batch(batch_id: int) -> None:
+    batch_validate(batch_id=batch_id)
+
+
+@shared_task(
+    name="batches.chunk", bind=True, max_retries=None,
+    soft_time_limit=None, time_limit=settings.LASER_BATCH_CHUNK_HARD_LIMIT_S, **_SAFE,
+)
+def run_chunk(self, batch_id: int, first: int, last: int) -> None:
+    """Run lines ``first..last``; hand back what the soft limit left; finalize when done."""
+    from apps.batches import dispatch
+
+    try:
+        result = chunk_run(batch_id=batch_id, first=first, last=last)
+    except EngineUnavailable as exc:
+        logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)
+        raise self.retry(exc=exc, countdown=5) from exc
+    if result.leftover:
+        dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0], result.leftover[-1])
+    batch_finalize(batch_id=batch_id)
+
+
+@shared_task(name="batches.finalize", **_SAFE)
+def finalize_batch(batch_id: int) -> None:
+    batch_finalize(batch_id=batch_id)
+
+
+@shared_task(name="batches.sweep", **_SAFE)
+def sweep() -> None:
+    """Periodic: expire batches past their deadline, finish stuck ones."""
+    sweeping.sweep()
+
+
+@shared_task(name="batches.cleanup", **_SAFE)
+def cleanup() -> None:
+    """Periodic: delete files and line results past their expiry."""
+    sweeping.cleanup()

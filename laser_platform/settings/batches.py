@@ -1,0 +1,73 @@
+"""Cold tier (``apps.batches``): limits of the Files + Batches API and the Celery settings the
+batch tasks rely on for crash safety.
+
+Imported by ``base.py`` after ``celery.py``, so the values here override the generic ones.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from laser_platform.settings._env import env
+
+# Upload limits. Files are stored in the database (see docs/batches.md for why).
+LASER_BATCH_MAX_FILE_BYTES: int = env("LASER_BATCH_MAX_FILE_BYTES", 64 * 1024 * 1024, int)
+LASER_BATCH_MAX_LINES: int = env("LASER_BATCH_MAX_LINES", 50_000, int)
+# The longest completion_window accepted (OpenAI's only window is 24h).
+LASER_BATCH_MAX_WINDOW_S: int = env("LASER_BATCH_MAX_WINDOW_S", 24 * 3600, int)
+# Default lifetime of uploaded batch files and of output/error files (OpenAI: 30 days).
+LASER_BATCH_FILE_TTL_S: int = env("LASER_BATCH_FILE_TTL_S", 30 * 24 * 3600, int)
+
+# A chunk task runs this many lines, at most this many in the engine at once. Chunks are the
+# unit of redelivery: a worker lost mid-chunk costs one chunk of recomputation, not a batch.
+LASER_BATCH_CHUNK_LINES: int = env("LASER_BATCH_CHUNK_LINES", 32, int)
+LASER_BATCH_CHUNK_CONCURRENCY: int = env("LASER_BATCH_CHUNK_CONCURRENCY", 16, int)
+# Bounded task length: past the soft limit a chunk stops taking lines and re-enqueues the
+# rest; the hard limit kills it. Both stay well under the visibility timeout below.
+LASER_BATCH_CHUNK_SOFT_LIMIT_S: float = env("LASER_BATCH_CHUNK_SOFT_LIMIT_S", 240.0, float)
+LASER_BATCH_CHUNK_HARD_LIMIT_S: int = env("LASER_BATCH_CHUNK_HARD_LIMIT_S", 420, int)
+# How often a running chunk re-reads its batch (cancel / deadline) while lines are in flight.
+LASER_BATCH_POLL_S: float = env("LASER_BATCH_POLL_S", 0.5, float)
+# Expiry / cleanup sweep period (Celery beat in production, a thread in embedded mode).
+LASER_BATCH_SWEEP_S: float = env("LASER_BATCH_SWEEP_S", 30.0, float)
+
+# Crash safety: the batch tasks set acks_late + reject_on_worker_lost themselves (their writes
+# are idempotent; other apps' tasks keep Celery's defaults).
+# Redis hands an unacked task to another worker after this many seconds. It must exceed the
+# longest task (the chunk hard limit) or a healthy chunk would run twice; it should not be
+# much longer, or a killed worker's chunk waits that long before being redelivered.
+CELERY_VISIBILITY_TIMEOUT: int = env(
+    "CELERY_VISIBILITY_TIMEOUT", 2 * LASER_BATCH_CHUNK_HARD_LIMIT_S + 60, int
+)
+if CELERY_VISIBILITY_TIMEOUT <= LASER_BATCH_CHUNK_HARD_LIMIT_S:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "CELERY_VISIBILITY_TIMEOUT must exceed LASER_BATCH_CHUNK_HARD_LIMIT_S"
+    )
+# How often a live worker looks for (and re-queues) tasks a dead worker left unacked; kombu's
+# default (every 10th of 10 s polls) would add ~100 s to every redelivery.
+LASER_BATCH_RESTORE_INTERVAL_S: int = env("LASER_BATCH_RESTORE_INTERVAL_S", 10, int)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "unacked_restore_interval": LASER_BATCH_RESTORE_INTERVAL_S,
+    "unacked_restore_throttle": 1,
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+
+# Periodic batch tasks (`celery -A laser_platform beat`). Another app adding periodic tasks
+# should extend this dict rather than redefine it.
+CELERY_BEAT_SCHEDULE = {
+    "batches-sweep": {
+        "task": "batches.sweep",
+        "schedule": timedelta(seconds=LASER_BATCH_SWEEP_S),
+    },
+    "batches-cleanup": {
+        "task": "batches.cleanup",
+        "schedule": timedelta(hours=1),
+    },
+}
+
+# Run the Celery worker thread inside `manage.py serve` (embedded mode). Turn it off when
+# separate `celery -A laser_platform worker` processes consume the Redis queue instead.
+LASER_BATCH_EMBEDDED_WORKER: bool = env("LASER_BATCH_EMBEDDED_WORKER", True, bool)
