@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from apps.slo import api
+from apps.slo.metrics import metrics_view
 
 urlpatterns = [
     path("api/slo/contracts", api.ContractListApi.as_view(), name="slo-contracts"),
@@ -10,4 +11,5 @@ urlpatterns = [
     path("api/slo/fulfilment.csv", api.FulfilmentCsvApi.as_view(), name="slo-fulfilment-csv"),
     path("api/slo/usage", api.UsageApi.as_view(), name="slo-usage"),
     path("api/slo/usage.csv", api.UsageCsvApi.as_view(), name="slo-usage-csv"),
+    path("metrics", metrics_view, name="metrics"),
 ]
