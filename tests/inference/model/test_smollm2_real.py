@@ -1,0 +1,62 @@
+"""The bundled SmolLM2-135M-Instruct GGUF: greedy output equals transformers on the same file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.loaders import default_model_path, load_model
+from inference.model.generate_simple import greedy
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a linked list is in two sentences.",
+    "List three primary colors.",
+]
+NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return load_model()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from transformers import AutoModelForCausalLM
+
+    path = default_model_path()
+    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                              dtype=torch.float32).eval()
+    # Compare raw greedy: no stopping at EOS, so all 32 positions are checked.
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 2
+    return hf
+
+
+def test_config_of_the_bundled_model(ours):
+    cfg = ours.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (30, 576, 9, 3)
+    assert cfg.tie_word_embeddings and cfg.rope_theta == 100000.0
+    assert {0, 2} <= ours.stop_token_ids
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_equals_transformers(ours, reference, prompt):
+    ids = ours.encode_chat([{"role": "user", "content": prompt}])
+    got = greedy(ours.model, ids, NEW_TOKENS)
+    with torch.no_grad():
+        # An explicit mask: the prompt contains <|im_end|>, which is also the pad id.
+        x = torch.tensor([ids])
+        out = reference.generate(x, attention_mask=torch.ones_like(x),
+                                 max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert got == out[0, len(ids):].tolist(), ours.tokenizer.decode(got)
+
+
+def test_capital_of_france_is_paris(ours):
+    ids = ours.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    answer = ours.tokenizer.decode(greedy(ours.model, ids, 24, ours.stop_token_ids))
+    assert "Paris" in answer
