@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.slo import api
+from apps.slo import api, dashboard
 from apps.slo.metrics import metrics_view
 
 urlpatterns = [
@@ -12,4 +12,8 @@ urlpatterns = [
     path("api/slo/usage", api.UsageApi.as_view(), name="slo-usage"),
     path("api/slo/usage.csv", api.UsageCsvApi.as_view(), name="slo-usage-csv"),
     path("metrics", metrics_view, name="metrics"),
+    path("dashboard/", dashboard.dashboard_page, name="slo-dashboard"),
+    path("dashboard/data.json", dashboard.dashboard_data_view, name="slo-dashboard-data"),
+    path("dashboard/login/", dashboard.LoginView.as_view(), name="slo-login"),
+    path("dashboard/logout/", dashboard.LogoutView.as_view(), name="slo-logout"),
 ]
