@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import random
 import shutil
+import threading
 from pathlib import Path
 
 import httpx
@@ -133,7 +134,10 @@ def test_dashboard_live_in_chromium(live_server, tenant_factory, user_factory, a
 
             before = _hot_requests(page)
             _chat(live_server.url, key, "One more, please.")
-            flush_reports()
+            # Playwright's sync API keeps an event loop on this thread: flush from another.
+            flusher = threading.Thread(target=flush_reports)
+            flusher.start()
+            flusher.join()
             # Polling every 2 s: the new request must show up without a reload.
             page.wait_for_function(
                 "n => Number(document.querySelector('.card[data-tier=hot] dd').innerText) > n",
