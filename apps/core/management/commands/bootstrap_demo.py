@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from apps.slo.services import contracts_ensure_defaults
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import api_key_resolve
 from apps.tenants.services import api_key_create, tenant_create
@@ -52,6 +53,7 @@ class Command(BaseCommand):
                 tenant = tenant_create(name="Demo", slug=DEMO_SLUG)
                 self.stdout.write("Created the demo tenant 'demo'.")
             self._ensure_admin()
+            contracts_ensure_defaults(tenant=tenant)  # hot, warm and cold contracts
             key_line = self._ensure_key(tenant)
         self.stdout.write(f"Laser: {url}/  admin: {url}/admin/  (user '{ADMIN_USERNAME}')")
         self.stdout.write(key_line)
