@@ -52,7 +52,7 @@ def engine_config() -> Any:
 
 def build_async_engine(config: Any = None) -> Any:
     """A new, not yet started ``AsyncEngine`` (embedded mode, and each ``run_engine`` worker)."""
-    from inference.engine import AsyncEngine
+    from inference.engine.async_engine import AsyncEngine
 
     config = config if config is not None else engine_config()
     factory = getattr(AsyncEngine, "from_config", None)
