@@ -1,0 +1,96 @@
+"""Scenarios S1 (interactive day) and S2 (burst storm) from the public traces.
+
+``load`` scales arrival rates: timestamps are divided by it, and the one-hour traces are
+tiled end to end to fill ``duration_s``; cold waves come every ``wave_every_s / load``.
+Every random choice (which documents, which sessions are demotable) comes from ``seed``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from inference.request import Tier
+from inference.sim.profiles import traces_dir
+from inference.sim.traces import TraceRequest, read_arxiv, read_azure
+
+CONV = "AzureLLMInferenceTrace_conv.csv"
+CODE = "AzureLLMInferenceTrace_code.csv"
+ARXIV = "arxiv_summarization_lengths.csv"
+DEMOTABLE_SHARE = 0.25
+WEIGHTS = (0.5, 1.0, 2.0)
+_cache: dict[Path, list] = {}
+
+
+def _cached(path: Path, reader: Callable) -> list:
+    if path not in _cache:
+        _cache[path] = reader(path)
+    return _cache[path]
+
+
+def _tile(rows: list[tuple[float, int, int]], load: float, duration_s: float, every: int = 1):
+    """Arrival-scaled copies of an Azure trace until ``duration_s`` is covered."""
+    span = rows[-1][0] + 1.0
+    out, k = [], 0
+    while k * span / load < duration_s:
+        for i, (t, p, o) in enumerate(rows):
+            if i % every:
+                continue
+            at = (k * span + t) / load
+            if at >= duration_s:
+                break
+            out.append((at, p, o))
+        k += 1
+    return out
+
+
+def _interactive(rows, tier: Tier, tenant: str, rng: random.Random) -> list[TraceRequest]:
+    out = []
+    for t, p, o in rows:
+        demotable = tier is Tier.HOT and rng.random() < DEMOTABLE_SHARE
+        out.append(TraceRequest(t, tier, p, o, tenant=tenant, demotable=demotable,
+                                weight=rng.choice(WEIGHTS)))
+    return out
+
+
+def _waves(docs: list[tuple[int, int]], size: int, every_s: float, duration_s: float,
+           deadline_s: float, rng: random.Random) -> list[TraceRequest]:
+    out, k = [], 0
+    while k * every_s < duration_s:
+        for p, o in rng.sample(docs, size):
+            out.append(TraceRequest(k * every_s, Tier.COLD, p, o, deadline_s=deadline_s,
+                                    tenant="batch", job=f"wave{k}"))
+        k += 1
+    return out
+
+
+def s1(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+       root: Path | None = None) -> list[TraceRequest]:
+    """Interactive day: hot = Azure conv, warm = Azure code, cold = waves of 500 arXiv
+    summaries every 15 minutes, each wave one batch job due 30 minutes after it lands."""
+    root, rng = root or traces_dir(), random.Random(seed)
+    hot = _interactive(_tile(_cached(root / CONV, read_azure), load, duration_s), Tier.HOT,
+                       "chat", rng)
+    warm = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.WARM,
+                        "code", rng)
+    cold = _waves(_cached(root / ARXIV, read_arxiv), 500, 900.0 / load, duration_s, 1800.0,
+                  rng)
+    return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
+
+
+def s2(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+       root: Path | None = None) -> list[TraceRequest]:
+    """Burst storm: hot = Azure code with its bursts, warm = conv at half rate, cold = waves
+    of 1,000 long arXiv documents (4k+ prompt tokens) every 30 minutes, due in 45 minutes."""
+    root, rng = root or traces_dir(), random.Random(seed)
+    hot = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.HOT,
+                       "code", rng)
+    warm = _interactive(_tile(_cached(root / CONV, read_azure), load, duration_s, every=2),
+                        Tier.WARM, "chat", rng)
+    long_docs = [d for d in _cached(root / ARXIV, read_arxiv) if d[0] >= 4000]
+    cold = _waves(long_docs, 1000, 1800.0 / load, duration_s, 2700.0, rng)
+    return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
+
+
+SCENARIOS = {"S1": s1, "S2": s2}
