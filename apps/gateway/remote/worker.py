@@ -43,18 +43,21 @@ class EngineWorker:
 
         self.layer = make_layer()
         self.redis = aredis.Redis.from_url(settings.LASER_ENGINE_REDIS_URL)
-        heartbeat = asyncio.create_task(self._heartbeat())
-        receiver = asyncio.create_task(self._receive())
+        # Owned by this coroutine: however run() ends (drained, or cancelled like a crash), the
+        # heartbeat must stop with it, or clients would wait on a worker that serves nobody.
+        background = [asyncio.create_task(self._heartbeat()),
+                      asyncio.create_task(self._receive())]
         logger.info("engine worker %s listening on %s", self.worker_id, self.channel)
-        await self.stopping.wait()
-        receiver.cancel()
-        heartbeat.cancel()
-        await self.redis.delete(registry.worker_key(self.worker_id))
-        if self.tasks:
-            await asyncio.wait(list(self.tasks.values()), timeout=settings.LASER_DRAIN_TIMEOUT)
-        for task in list(self.tasks.values()):
-            task.cancel()
-        await self.redis.aclose()
+        try:
+            await self.stopping.wait()
+            await _cancel(background)
+            await self.redis.delete(registry.worker_key(self.worker_id))
+            if self.tasks:
+                await asyncio.wait(list(self.tasks.values()),
+                                   timeout=settings.LASER_DRAIN_TIMEOUT)
+        finally:
+            await _cancel([*background, *self.tasks.values()])
+            await self.redis.aclose()
 
     async def _heartbeat(self) -> None:
         ttl_ms = int(settings.LASER_ENGINE_WORKER_TTL_S * 1000)
@@ -118,3 +121,10 @@ class EngineWorker:
                                      "error": protocol.error_to_wire(exc)})
         finally:
             self.tasks.pop(request_id, None)
+
+
+async def _cancel(tasks: list[asyncio.Task]) -> None:
+    """Cancel ``tasks`` and wait until each has finished unwinding."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
