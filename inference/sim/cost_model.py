@@ -105,3 +105,12 @@ class CostModel:
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         return None
+
+
+def cost_model_for(gpu: str, model: str, root: Path | None = None) -> CostModel:
+    """The calibrated model where a profile CSV exists for the pair, else the roofline."""
+    from inference.sim.profiles import GPUS, MODELS, PROFILED, traces_dir
+
+    rel = PROFILED.get((gpu, model))
+    profile = load_profile((root or traces_dir()) / rel) if rel else None
+    return CostModel(MODELS[model], GPUS[gpu], profile)

@@ -82,13 +82,16 @@ def s1(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
 def s2(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
        root: Path | None = None) -> list[TraceRequest]:
     """Burst storm: hot = Azure code with its bursts, warm = conv at half rate, cold = waves
-    of 1,000 long arXiv documents (4k+ prompt tokens) every 30 minutes, due in 45 minutes."""
+    of 1,000 long arXiv documents (the longer half, 2.7k+ prompt tokens) every 30 minutes,
+    due in 45 minutes."""
     root, rng = root or traces_dir(), random.Random(seed)
     hot = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.HOT,
                        "code", rng)
     warm = _interactive(_tile(_cached(root / CONV, read_azure), load, duration_s, every=2),
                         Tier.WARM, "chat", rng)
-    long_docs = [d for d in _cached(root / ARXIV, read_arxiv) if d[0] >= 4000]
+    docs = _cached(root / ARXIV, read_arxiv)
+    median = sorted(p for p, _ in docs)[len(docs) // 2]
+    long_docs = [d for d in docs if d[0] >= median]
     cold = _waves(long_docs, 1000, 1800.0 / load, duration_s, 2700.0, rng)
     return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
 

@@ -14,7 +14,8 @@ class LaserPolicyConfig:
     (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
     Chunking: when hot decodes run, the step is sized to fit ``tbt_safety`` of the tightest hot
     TBT target; non-hot prefill is deferred while a hot request's TTFT slack is below
-    ``ttft_slack_frac`` of its target.
+    ``ttft_slack_frac`` of its target. Warm floor: while warm decodes run, the step is also
+    sized to fit ``tbt_safety`` of the gap that keeps warm's contracted rate floor.
     Demotion: hot slack below ``pressure_slack_frac`` of target for ``pressure_window_s``
     demotes up to ``demote_fraction`` of demotable hot sessions (lowest weight first); they
     return after ``restore_window_s`` without pressure.
@@ -35,6 +36,7 @@ class LaserPolicyConfig:
     chunking_enabled: bool = True
     tbt_safety: float = 0.8
     ttft_slack_frac: float = 0.25
+    warm_floor_enabled: bool = True
     demotion_enabled: bool = True
     pressure_slack_frac: float = 0.2
     pressure_window_s: float = 2.0
@@ -69,6 +71,7 @@ class LaserPolicyConfig:
     @classmethod
     def none(cls) -> LaserPolicyConfig:
         """Every part off: the policy degenerates to strict priority by tier."""
-        return cls(reserve_enabled=False, chunking_enabled=False, demotion_enabled=False,
-                   borrowing_enabled=False, warm_share=1.0, cold_slack_enabled=False,
+        return cls(reserve_enabled=False, chunking_enabled=False, warm_floor_enabled=False,
+                   demotion_enabled=False, borrowing_enabled=False, warm_share=1.0,
+                   cold_slack_enabled=False,
                    admission_enabled=False, overload_enabled=False, aging_enabled=False)

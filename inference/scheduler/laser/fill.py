@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from inference.kv.block_manager import BlockCopy
 from inference.scheduler.cost import max_tokens_within
-from inference.scheduler.laser.slack import hot_slack_frac
+from inference.scheduler.laser.slack import hot_slack_frac, warm_gap_s
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence, SequenceStatus
 
@@ -60,7 +60,7 @@ class StepFill:
         return tagged
 
     def _limits(self, decodes, prefills, waiting) -> None:
-        """The step's caps, from hot's state: TBT cap, TTFT deferral, reserve, warm cap."""
+        """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap."""
         p, s, sp = self.p, self.s, self.s.speeds
         hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
         for k, q in decodes:
@@ -72,9 +72,11 @@ class StepFill:
                 ttft_min = min(ttft_min, hot_slack_frac(q, self.now, sp))
         self.hot_min_slack = min(self.hot_min_slack, ttft_min)
         self.cap = self.budget
-        if p.chunking_enabled and hot_tbt:
-            fit = max_tokens_within(s.cost, p.tbt_safety * min(hot_tbt), self.context,
-                                    self.budget)
+        gaps = hot_tbt if p.chunking_enabled else []
+        if p.warm_floor_enabled:
+            gaps = gaps + [warm_gap_s(q.targets) for k, q in decodes if k[0] == 2]
+        if gaps:
+            fit = max_tokens_within(s.cost, p.tbt_safety * min(gaps), self.context, self.budget)
             self.cap = max(len(decodes), fit)
         self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
         self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0

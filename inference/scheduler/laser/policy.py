@@ -89,6 +89,8 @@ class LaserScheduler(Scheduler):
         cls = self.rank(seq)
         if cls in (1, 3) and self.policy.cold_slack_enabled:
             return (cls, self.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
+        if cls == 0:  # earliest TTFT deadline first: a short prompt need not wait for a long one
+            return (0, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
         return (cls, seq.arrival_time, seq.seq_id)
 
     # ---- admission ------------------------------------------------------------------------

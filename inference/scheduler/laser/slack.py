@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from inference.request import ContractTargets
 from inference.scheduler.cost import CostEstimator
 from inference.sequence import Sequence
 
@@ -64,6 +65,11 @@ def hot_slack_frac(seq: Sequence, now: float, sp: Speeds) -> float:
         left = t.ttft_p99_s - (now - seq.arrival_time) - prefill_left(seq) * sp.per_token_s
         return (left - sp.step_s) / t.ttft_p99_s
     return (t.tbt_p99_s - sp.step_s) / t.tbt_p99_s
+
+
+def warm_gap_s(t: ContractTargets) -> float:
+    """Longest mean gap between a warm stream's tokens that keeps its rate floor."""
+    return 1.0 / ((1.0 - t.warm_band) * t.warm_rate_tps)
 
 
 def cold_need_tokens(cold: Iterable[Sequence], now: float, sp: Speeds) -> float:

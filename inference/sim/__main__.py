@@ -1,0 +1,100 @@
+"""``python -m inference.sim``: replay a scenario or a JSONL trace through one or several
+scheduling policies and print their SLO report side by side (see docs/simulator.md)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from inference.scheduler import POLICIES
+from inference.sim.config import SimConfig
+from inference.sim.goodput import find_goodput
+from inference.sim.loop import simulate
+from inference.sim.plots import write_plots
+from inference.sim.profiles import GPUS, MODELS
+from inference.sim.report import format_ratios, ratios, table, write_json
+from inference.sim.scenarios import SCENARIOS
+from inference.sim.summary import summarize
+from inference.sim.traces import TraceRequest, read_jsonl
+
+BASELINE_ORDER = ["laser", "fcfs", "priority", "partitioned"]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m inference.sim", description=__doc__)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--scenario", choices=sorted(SCENARIOS))
+    src.add_argument("--trace", type=Path, help="JSONL trace (docs/simulator.md)")
+    ap.add_argument("--policy", action="append", default=None,
+                    help="policy name, comma list, or 'all' (default: all); repeatable")
+    ap.add_argument("--gpu", choices=sorted(GPUS), default="a100")
+    ap.add_argument("--model", choices=sorted(MODELS), default="llama3-8b")
+    ap.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier")
+    ap.add_argument("--duration", type=float, default=3600.0, help="seconds of arrivals")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--goodput", action="store_true",
+                    help="also bisect each policy's largest load meeting every tier's target")
+    ap.add_argument("--goodput-range", type=float, nargs=2, default=(0.05, 2.0),
+                    metavar=("LO", "HI"))
+    ap.add_argument("--out", type=Path, help="directory for report.json and PNG plots")
+    return ap.parse_args(argv)
+
+
+def policies(arg: list[str] | None) -> list[str]:
+    names = [n.strip() for a in (arg or ["all"]) for n in a.split(",") if n.strip()]
+    if "all" in names:
+        return [p for p in BASELINE_ORDER if p in POLICIES] + sorted(
+            set(POLICIES) - set(BASELINE_ORDER))
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise SystemExit(f"unknown policy {unknown}; known: {sorted(POLICIES)}")
+    return names
+
+
+def trace_source(args: argparse.Namespace):
+    """A function load -> trace, for the run and for the goodput bisection."""
+    if args.scenario:
+        make = SCENARIOS[args.scenario]
+        return lambda load: make(load, args.duration, args.seed)
+    base = read_jsonl(args.trace)
+    return lambda load: [replace(r, arrival_s=r.arrival_s / load) for r in base
+                         if r.arrival_s / load < args.duration]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    names = policies(args.policy)
+    trace_at = trace_source(args)
+    trace: list[TraceRequest] = trace_at(args.load)
+    summaries, probes = {}, {}
+    for name in names:
+        cfg = SimConfig(policy=name, gpu=args.gpu, model=args.model)
+        summaries[name] = summarize(simulate(trace, cfg))
+        if args.goodput:
+            lo, hi = args.goodput_range
+            g = find_goodput(trace_at, cfg, lo=lo, hi=hi)
+            summaries[name]["goodput"] = g.load
+            probes[name] = g.probes
+        print(f"{name}: {summaries[name]['wall_s']:.1f} s wall", file=sys.stderr)
+    source = args.scenario or str(args.trace)
+    title = f"{source} {args.model} on {args.gpu}, load {args.load:g}, {args.duration:g} s"
+    rat = ratios(summaries)
+    print(f"\n{title} ({len(trace)} requests)\n")
+    print(table(summaries))
+    if rat:
+        print("\n" + format_ratios(rat))
+    report = {"title": title, "command": "python -m inference.sim " + " ".join(
+        sys.argv[1:] if argv is None else argv), "date": datetime.date.today().isoformat(),
+        "requests": len(trace), "policies": summaries, "ratios": rat, "goodput_probes": probes}
+    if args.out:
+        write_json(args.out / "report.json", report)
+        for f in write_plots(args.out, summaries, title, probes or None):
+            print(f"wrote {f}", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Goodput: the largest load multiplier at which a policy still keeps every tier's target
+(hot >= 99 %, warm >= 90 %, cold >= 99 % attainment), found by bisection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from inference.sim.config import SimConfig
+from inference.sim.loop import simulate
+from inference.sim.summary import summarize
+from inference.sim.traces import TraceRequest
+
+
+@dataclass(slots=True)
+class Goodput:
+    load: float  # largest load that met the targets (0.0 when even ``lo`` failed)
+    probes: list[tuple[float, bool]] = field(default_factory=list)  # (load, met) in order
+
+
+def find_goodput(trace_at: Callable[[float], list[TraceRequest]], cfg: SimConfig, *,
+                 lo: float = 0.05, hi: float = 2.0, rel_tol: float = 0.05) -> Goodput:
+    """Bisect on the load in ``[lo, hi]`` (assumed monotone: more load never helps) until the
+    bracket is within ``rel_tol`` of its lower end."""
+    out = Goodput(0.0)
+
+    def met(load: float) -> bool:
+        ok = summarize(simulate(trace_at(load), cfg))["meets_targets"]
+        out.probes.append((load, ok))
+        return ok
+
+    if not met(lo):
+        return out
+    if met(hi):
+        out.load = hi
+        return out
+    while hi - lo > rel_tol * lo:
+        mid = (lo + hi) / 2
+        if met(mid):
+            lo = mid
+        else:
+            hi = mid
+    out.load = lo
+    return out
