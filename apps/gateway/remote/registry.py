@@ -5,6 +5,8 @@ A worker that stops heartbeating (killed, hung, partitioned) disappears within
 Routing: a chat session goes to the live worker with the highest rendezvous hash of
 (session, worker), so it stays on the worker holding its KV cache and only the sessions of a
 dead worker move; requests without a session go to the least loaded worker.
+Keys live under ``LASER_ENGINE_CHANNEL``, so deployments (or test runs) sharing one Redis
+never see each other's workers.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-KEY_PREFIX = "laser:engine:worker:"
+from django.conf import settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +27,12 @@ class WorkerInfo:
     stats: dict[str, Any]
 
 
+def key_prefix() -> str:
+    return f"laser:{settings.LASER_ENGINE_CHANNEL}:worker:"
+
+
 def worker_key(worker_id: str) -> str:
-    return KEY_PREFIX + worker_id
+    return key_prefix() + worker_id
 
 
 def encode(worker_id: str, channel: str, inflight: int, stats: dict[str, Any]) -> str:
@@ -46,14 +52,14 @@ def _decode(raw: bytes | str | None) -> WorkerInfo | None:
 
 
 async def live_workers(redis: Any) -> dict[str, WorkerInfo]:
-    keys = [key async for key in redis.scan_iter(match=KEY_PREFIX + "*", count=100)]
+    keys = [key async for key in redis.scan_iter(match=key_prefix() + "*", count=100)]
     values = await redis.mget(keys) if keys else []
     infos = (_decode(v) for v in values)
     return {i.worker_id: i for i in infos if i is not None}
 
 
 def live_workers_sync(redis: Any) -> dict[str, WorkerInfo]:
-    keys = list(redis.scan_iter(match=KEY_PREFIX + "*", count=100))
+    keys = list(redis.scan_iter(match=key_prefix() + "*", count=100))
     values = redis.mget(keys) if keys else []
     infos = (_decode(v) for v in values)
     return {i.worker_id: i for i in infos if i is not None}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 
 import pytest
 
@@ -73,15 +74,12 @@ class AsyncFake(FakeEngine):
 
 @pytest.fixture
 def engine_redis(require_redis, settings):
-    import redis
-
-    url = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/12"
-    redis.Redis.from_url(url).flushdb()
-    settings.LASER_ENGINE_REDIS_URL = url
+    """The engine's Redis, under a channel (and so registry keys) of this test's own."""
+    settings.LASER_ENGINE_REDIS_URL = os.environ["REDIS_URL"]
+    settings.LASER_ENGINE_CHANNEL = f"laser-engine-test-{uuid.uuid4().hex[:8]}"
     settings.LASER_ENGINE_HEARTBEAT_S = 0.1
     settings.LASER_ENGINE_WORKER_TTL_S = 0.4
-    yield url
-    redis.Redis.from_url(url).flushdb()
+    return settings.LASER_ENGINE_REDIS_URL
 
 
 async def _start_worker(name: str, fake: AsyncFake):
