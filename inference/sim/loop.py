@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from inference.errors import AdmissionRefused
@@ -48,24 +49,29 @@ def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
 
 
 def simulate(trace: list[TraceRequest], cfg: SimConfig, *, cost: CostModel | None = None,
-             num_blocks: int | None = None) -> RunResult:
+             num_blocks: int | None = None,
+             on_step: Callable[[Scheduler], None] | None = None) -> RunResult:
     """Replay ``trace`` (sorted by arrival) through ``cfg.policy``; see ``summary.summarize``.
 
-    ``num_blocks`` overrides the KV capacity derived from the GPU's memory (tests).
+    ``cost`` replaces the calibrated model (anything with ``plan_time`` and ``step_time``),
+    ``num_blocks`` the KV capacity derived from the GPU's memory; ``on_step`` sees the
+    scheduler after every step (tests check invariants with it).
     """
     t0 = time.perf_counter()
     cost = cost or cost_model_for(cfg.gpu, cfg.model)
     prefix = any(r.prefix_blocks for r in trace)
     sched = build_scheduler(cfg, cost, prefix, num_blocks)
-    run = _Run(trace, cfg, cost, sched)
+    run = _Run(trace, cfg, cost, sched, on_step)
     run.loop()
     return RunResult(cfg, run.acc, sched, sched.kv.num_blocks, run.now, run.steps,
                      time.perf_counter() - t0)
 
 
 class _Run:
-    def __init__(self, trace, cfg: SimConfig, cost: CostModel, sched: Scheduler) -> None:
+    def __init__(self, trace, cfg: SimConfig, cost: CostModel, sched: Scheduler,
+                 on_step: Callable[[Scheduler], None] | None) -> None:
         self.trace, self.cfg, self.cost, self.s = trace, cfg, cost, sched
+        self.on_step = on_step
         self.work = Workload(cfg.contracts, cost, cfg.long_prefill_chunk, cfg.block_size)
         self.acc = Accounting()
         self.max_len = MODELS[cfg.model].max_context
@@ -125,6 +131,8 @@ class _Run:
         for seq in finished:
             acc.finished(seq, self.now)
         acc.kv_sample(dt, self._unused_slots())
+        if self.on_step is not None:
+            self.on_step(s)
 
     def _unused_slots(self) -> int:
         """Allocated slots not holding a token, plus free slots the policy keeps idle."""

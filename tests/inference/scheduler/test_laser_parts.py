@@ -85,6 +85,29 @@ def test_long_prefill_chunk_shrinks_under_hot_tbt():
         assert chunk.num_tokens == expect  # 0.8 * 30 ms fits 14 tokens at 1 ms + 10 ms
 
 
+def test_prefill_chunk_shrinks_to_keep_the_warm_rate_floor():
+    # 25 tok/s with a 20 % band: a token every 50 ms; 0.8 * 50 ms fits 30 tokens at 1 ms + 10 ms.
+    warm = ContractTargets(warm_rate_tps=25.0, warm_band=0.2)
+    for floor, expect in ((False, 31), (True, 30 - 1)):
+        sched = laser(replace(OFF, warm_floor_enabled=floor), max_num_batched_tokens=32,
+                      long_prefill_chunk=32)
+        sched.add(make_request("w", 4, max_tokens=50, tier=Tier.WARM, targets=warm), 0.0)
+        step(sched, 0.0)  # warm prefilled, now decoding
+        sched.add(make_request("c", 100, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
+        plan = step(sched, 1.0)
+        chunk = next(s for s in plan.scheduled if s.seq_id == "c-0")
+        assert chunk.num_tokens == expect
+
+
+def test_hot_prefill_goes_by_ttft_deadline_not_arrival():
+    sched = laser(max_num_batched_tokens=16, long_prefill_chunk=16)
+    sched.add(make_request("long", 16, max_tokens=2, arrival=0.0, salt="a",
+                           targets=ContractTargets(ttft_p99_s=2.0)), 0.1)
+    sched.add(make_request("short", 16, max_tokens=2, arrival=0.1, salt="b",
+                           targets=ContractTargets(ttft_p99_s=0.5)), 0.1)
+    assert ids(step(sched, 0.1)) == ["short-0"]
+
+
 def test_non_hot_prefill_waits_while_hot_ttft_slack_is_small():
     # 63 prompt tokens at 1 ms leave 16 ms of a 90 ms TTFT target: 18 %, under the 25 % bar.
     for ttft, expect in ((0.09, ["h-0"]), (0.5, ["h-0", "c-0"])):
