@@ -100,6 +100,9 @@ class StepFill:
 
     def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
         cls = key[0]
+        if is_waiting and cls > 1 and (self._admit_closed
+                                       or len(self.s.running) >= self.s.config.max_num_seqs):
+            return  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
             return

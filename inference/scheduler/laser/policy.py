@@ -62,6 +62,7 @@ class LaserScheduler(Scheduler):
         self._other_load = 0.0  # EWMA: fraction of the token budget hot and warm used
         self._hot_refused = False
         self._hot_min_slack = math.inf
+        self._keys: dict[str, tuple] = {}  # seq id -> key(); cleared when ranks or slack move
 
     # ---- engine hooks ---------------------------------------------------------------------
     def observe_step(self, num_tokens: int, seconds: float) -> None:
@@ -86,6 +87,13 @@ class LaserScheduler(Scheduler):
         return 3
 
     def key(self, seq: Sequence) -> tuple:
+        """Sort key, smaller first; cached until aging, slack or a tier change moves it."""
+        k = self._keys.get(seq.seq_id)
+        if k is None:
+            k = self._keys[seq.seq_id] = self._key(seq)
+        return k
+
+    def _key(self, seq: Sequence) -> tuple:
         cls = self.rank(seq)
         if cls in (1, 3) and self.policy.cold_slack_enabled:
             return (cls, self.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
@@ -149,6 +157,7 @@ class LaserScheduler(Scheduler):
             self.reserve.observe(fill.now, fill.used_by_class[0], fill.hot_blocks)
 
     def _age(self, now: float) -> None:
+        self._keys.clear()
         p = self.policy
         bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
         for seq in self.waiting:
@@ -160,6 +169,7 @@ class LaserScheduler(Scheduler):
         sp, p = self.speeds, self.policy
         cold = [s for s in self.seqs.values() if s.asked_tier is COLD]
         self.cold_slack = {s.seq_id: cold_slack(s, now, sp) for s in cold}
+        self._keys.clear()
         self.cold_need = p.cold_need_safety * cold_need_tokens(cold, now, sp)
         if not p.cold_slack_enabled:
             return
@@ -196,10 +206,12 @@ class LaserScheduler(Scheduler):
         for seq in self.seqs.values():
             if seq.request_id == rid and seq.tier is old:
                 seq.tier = new
+                self._keys.pop(seq.seq_id, None)
                 changes.append((seq.seq_id, TierChange(old, new, reason, now)))
 
     def _finish(self, seq, status) -> None:
         super()._finish(seq, status)
+        self._keys.pop(seq.seq_id, None)
         self.promoted.discard(seq.seq_id)
         self.aged.discard(seq.seq_id)
         self.cold_slack.pop(seq.seq_id, None)
