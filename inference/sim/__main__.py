@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also bisect each policy's largest load meeting every tier's target")
     ap.add_argument("--goodput-range", type=float, nargs=2, default=(0.05, 2.0),
                     metavar=("LO", "HI"))
+    ap.add_argument("--goodput-tol", type=float, default=0.05,
+                    help="stop bisecting when the bracket is within this fraction")
     ap.add_argument("--out", type=Path, help="directory for report.json and PNG plots")
     return ap.parse_args(argv)
 
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
         summaries[name] = summarize(simulate(trace, cfg))
         if args.goodput:
             lo, hi = args.goodput_range
-            g = find_goodput(trace_at, cfg, lo=lo, hi=hi)
+            g = find_goodput(trace_at, cfg, lo=lo, hi=hi, rel_tol=args.goodput_tol)
             summaries[name]["goodput"] = g.load
             probes[name] = g.probes
         print(f"{name}: {summaries[name]['wall_s']:.1f} s wall", file=sys.stderr)

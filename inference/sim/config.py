@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inference.scheduler import SchedulerConfig
+from inference.scheduler import LaserPolicyConfig, SchedulerConfig
 from inference.sim.profiles import GPUS, MODELS
 
 
@@ -50,6 +50,7 @@ class SimConfig:
     max_num_seqs: int = 256
     max_waiting: int = 100_000
     contracts: Contracts = field(default_factory=Contracts)
+    laser: LaserPolicyConfig | None = None  # the laser policy's knobs (ablations); default
     drain_s: float = 3600.0
     window_s: float = 60.0
     idle_tick_s: float = 0.005
