@@ -46,3 +46,64 @@ def contracted(tenant_factory: Callable[..., Any], api_key_factory: Callable[...
         return tenant, api_key, plaintext
 
     return make
+
+
+# ---- live server (tests/apps/gateway/live.py) ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: Any) -> Any:
+    from tests.apps.gateway.live import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def laser_server(django_db_setup: Any, django_db_blocker: Any) -> Any:
+    """uvicorn serving Laser on a free port (a thread of this process; see ``live.py``)."""
+    from tests.apps.gateway.live import LiveServer, close_server_connections
+
+    server = LiveServer()
+    server.start()
+    yield server
+    server.stop()
+    with django_db_blocker.unblock():
+        close_server_connections()
+
+
+@pytest.fixture(scope="session")
+def _tiny_engine(tiny_model_path: Any) -> Any:
+    from tests.apps.gateway.live import start_engine
+
+    engine = start_engine(str(tiny_model_path))
+    yield engine
+    engine.stop()
+
+
+def _installed(engine: Any) -> Any:
+    from apps.gateway.engine import set_engine_client
+
+    old = set_engine_client(engine)
+    yield engine
+    set_engine_client(old)
+
+
+@pytest.fixture
+def tiny_engine(_tiny_engine: Any) -> Any:
+    """The process's engine client (so the live server's) is the tiny model's AsyncEngine."""
+    yield from _installed(_tiny_engine)
+
+
+@pytest.fixture(scope="module")
+def _smollm2_engine() -> Any:
+    from tests.apps.gateway.live import start_engine
+
+    engine = start_engine(None)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+def smollm2_engine(_smollm2_engine: Any) -> Any:
+    """The process's engine client is an AsyncEngine over the bundled SmolLM2."""
+    yield from _installed(_smollm2_engine)

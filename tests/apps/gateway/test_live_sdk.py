@@ -1,0 +1,141 @@
+"""The official ``openai`` SDK, sync and async, against a live server (uvicorn on a free port)
+and the real engine: the tiny GGUF model for the protocol cases, the bundled SmolLM2 in the slow
+one. Framing details against a scripted engine are in ``test_rest_framing.py``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+MODEL = "smollm2-135m-instruct"
+HI = [{"role": "user", "content": "hello world"}]
+
+
+@pytest.fixture
+def key(contracted) -> str:
+    return contracted()[2]  # hot, warm and cold contracts; the key defaults to hot
+
+
+def _client(server, key: str, cls=openai.OpenAI):
+    return cls(base_url=f"{server.url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def _records():
+    from apps.slo.models import RequestRecord
+    from apps.slo.services import flush_reports
+
+    flush_reports()
+    return list(RequestRecord.objects.order_by("arrival"))
+
+
+def test_sync_stream_equals_whole_response_with_tier_and_usage(laser_server, tiny_engine, key):
+    client = _client(laser_server, key)
+    args = {"model": MODEL, "messages": HI, "max_tokens": 24, "temperature": 0,
+            "service_tier": "priority"}
+    raw = client.chat.completions.with_raw_response.create(**args)
+    whole = raw.parse()
+    assert raw.headers["X-Laser-Tier"] == "hot" and whole.service_tier == "priority"
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 24
+    assert whole.id == raw.headers["X-Request-Id"]
+
+    raw = client.chat.completions.with_raw_response.create(
+        **args, stream=True, stream_options={"include_usage": True})
+    chunks = list(raw.parse())
+    assert raw.headers["X-Laser-Tier"] == "hot"
+    assert raw.headers["Content-Type"].startswith("text/event-stream")
+    *deltas, last = chunks
+    assert "".join(c.choices[0].delta.content for c in deltas) == \
+        whole.choices[0].message.content
+    assert deltas[0].choices[0].delta.role == "assistant"
+    assert deltas[-1].choices[0].finish_reason == "length"
+    assert last.choices == [] and last.usage.completion_tokens == 24
+    assert last.usage.prompt_tokens == whole.usage.prompt_tokens
+    assert {c.service_tier for c in chunks} == {"priority"}
+    assert [(r.outcome, r.streamed) for r in _records()] == [("ok", False), ("ok", True)]
+
+
+def test_n_choices_streamed_and_whole(laser_server, tiny_engine, key):
+    client = _client(laser_server, key)
+    whole = client.chat.completions.create(model=MODEL, messages=HI, n=3, max_tokens=8,
+                                           temperature=1.0, seed=7)
+    assert sorted(c.index for c in whole.choices) == [0, 1, 2]
+    assert all(c.message.content and c.finish_reason in ("stop", "length")
+               for c in whole.choices)
+    assert 3 <= whole.usage.completion_tokens <= 24
+
+    stream = client.chat.completions.create(model=MODEL, messages=HI, n=2, max_tokens=6,
+                                            temperature=0, stream=True)
+    texts, finishes = {0: "", 1: ""}, {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert finishes == {0: "length", 1: "length"}
+    assert texts[0] == texts[1] != ""  # greedy: both choices decode the same tokens
+
+
+TIERS = [  # service_tier asked -> (echoed by the SDK, X-Laser-Tier)
+    ("priority", "priority", "hot"), ("flex", "flex", "cold"), ("warm", "default", "warm"),
+    ("cold", "flex", "cold"), ("auto", "priority", "hot"), (None, "priority", "hot"),
+]
+
+
+@pytest.mark.asyncio
+async def test_async_sdk_service_tier_echoed_in_response_chunks_and_header(laser_server,
+                                                                           tiny_engine, key):
+    client = _client(laser_server, key, openai.AsyncOpenAI)
+
+    async def ask(tier: str | None, stream: bool):
+        extra = {"service_tier": tier} if tier is not None else {}
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=HI, max_tokens=4, stream=stream, **extra)
+        parsed = raw.parse()  # the legacy raw response parses synchronously
+        tiers = {c.service_tier async for c in parsed} if stream else {parsed.service_tier}
+        return tiers, raw.headers["X-Laser-Tier"]
+
+    got = await asyncio.gather(*(ask(t, s) for t, _, _ in TIERS for s in (False, True)))
+    want = [({echo}, header) for _, echo, header in TIERS for _ in (False, True)]
+    assert got == want
+    await client.close()
+
+
+def test_text_completions_and_sdk_errors(laser_server, tiny_engine, contracted):
+    _, _, hot_only = contracted(tiers=("hot",))
+    client = _client(laser_server, hot_only)
+    whole = client.completions.create(model=MODEL, prompt="hello", max_tokens=5, temperature=0)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="hello", max_tokens=5, temperature=0, stream=True))
+    assert whole.object == "text_completion" and whole.choices[0].text == streamed
+
+    with pytest.raises(openai.BadRequestError) as no_contract:
+        client.chat.completions.create(model=MODEL, messages=HI, service_tier="flex")
+    with pytest.raises(openai.BadRequestError) as tools:
+        client.chat.completions.create(model=MODEL, messages=HI, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {}}}])
+    with pytest.raises(openai.NotFoundError) as model:
+        client.chat.completions.create(model="gpt-4o", messages=HI)
+    with pytest.raises(openai.AuthenticationError):
+        _client(laser_server, "sk-wrong").chat.completions.create(model=MODEL, messages=HI)
+    assert (no_contract.value.param, tools.value.param, model.value.code) == \
+        ("service_tier", "tools", "model_not_found")
+
+
+@pytest.mark.slow
+def test_smollm2_streams_an_answer_through_the_sdk(laser_server, smollm2_engine, key):
+    client = _client(laser_server, key)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True},
+        service_tier="warm")
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content for c in chunks if c.choices)
+    assert "Paris" in text
+    finish, used = chunks[-2].choices[0].finish_reason, chunks[-1].usage.completion_tokens
+    assert used == 24 if finish == "length" else (finish == "stop" and 0 < used < 24)
+    assert {c.service_tier for c in chunks} == {"default"}
+    [record] = _records()
+    assert (record.outcome, record.tier_served, record.streamed) == ("ok", "warm", True)
