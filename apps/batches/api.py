@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -80,7 +81,20 @@ class FileDetailApi(APIView):
         return Response({"id": file_id, "object": "file", "deleted": True})
 
 
+class _AnyAccept(BaseContentNegotiation):
+    """The content is bytes whatever the client accepts (the openai SDK asks for
+    ``application/binary``); errors still render with the first renderer (JSON)."""
+
+    def select_parser(self, request: Request, parsers: list) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: list, format_suffix: Any = None):
+        return renderers[0], renderers[0].media_type
+
+
 class FileContentApi(APIView):
+    content_negotiation_class = _AnyAccept
+
     def get(self, request: Request, file_id: str) -> HttpResponse:
         content = file_services.file_content(tenant=request.user.tenant, file_id=file_id)
         return HttpResponse(content, content_type="application/jsonl")

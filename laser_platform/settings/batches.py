@@ -48,10 +48,14 @@ if CELERY_VISIBILITY_TIMEOUT <= LASER_BATCH_CHUNK_HARD_LIMIT_S:
 # How often a live worker looks for (and re-queues) tasks a dead worker left unacked; kombu's
 # default (every 10th of 10 s polls) would add ~100 s to every redelivery.
 LASER_BATCH_RESTORE_INTERVAL_S: int = env("LASER_BATCH_RESTORE_INTERVAL_S", 10, int)
+# Deployments (or CI runs) sharing one Redis keep their queues and unacked sets apart by a key
+# prefix; every producer and worker of one deployment must use the same one.
+LASER_CELERY_KEY_PREFIX: str = env("LASER_CELERY_KEY_PREFIX", "")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
     "unacked_restore_interval": LASER_BATCH_RESTORE_INTERVAL_S,
     "unacked_restore_throttle": 1,
+    **({"global_keyprefix": LASER_CELERY_KEY_PREFIX} if LASER_CELERY_KEY_PREFIX else {}),
 }
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
 

@@ -38,6 +38,15 @@ def test_file_round_trip(api):
     assert deleted.deleted and api.get(f"/v1/files/{obj.id}").status_code == 404
 
 
+def test_file_content_ignores_the_accept_header(api):
+    # The openai SDK asks for application/binary; a 406 would break files.content().
+    file_id = _upload(api, [chat_line("a", "x")]).json()["id"]
+    content = api.get(f"/v1/files/{file_id}/content", HTTP_ACCEPT="application/binary")
+    assert content.status_code == 200 and content.content == jsonl([chat_line("a", "x")])
+    missing = api.get("/v1/files/file-nope/content", HTTP_ACCEPT="application/binary")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "file_not_found"
+
+
 def test_file_expiry_policy_and_bad_uploads(api, settings):
     ok = _upload(api, [chat_line("a", "x")], **{"expires_after[anchor]": "created_at",
                                                 "expires_after[seconds]": "7200"})

@@ -1,0 +1,70 @@
+"""Chaos: SIGKILL the Celery worker in the middle of a chunk of a 200-line batch, start a new
+worker; Redis redelivers the lost chunk after the visibility timeout and the output file has
+exactly 200 lines, each custom_id once."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+
+import pytest
+
+from tests.apps.batches.conftest import jsonl
+from tests.apps.batches.live import LiveStack, wait_batch
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis,
+              pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+LINES = 200
+# Short task bounds so the lost chunk comes back within seconds (production: minutes).
+FAST_REDELIVERY = {
+    "LASER_BATCH_CHUNK_LINES": "25", "LASER_BATCH_CHUNK_SOFT_LIMIT_S": "5",
+    "LASER_BATCH_CHUNK_HARD_LIMIT_S": "10", "CELERY_VISIBILITY_TIMEOUT": "12",
+    "LASER_BATCH_RESTORE_INTERVAL_S": "1",
+}
+
+
+def _line(i: int) -> dict:
+    """A line with little model work (a 1-3 token prompt, 2 tokens out): the machinery under
+    test is the batch's, and the whole test must run in about a minute on 2 CPU cores."""
+    from django.conf import settings
+
+    return {"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/completions",
+            "body": {"model": settings.LASER_SERVED_MODEL_ID, "prompt": str(i), "max_tokens": 2,
+                     "temperature": 0}}
+
+
+def _chunks(log: str, event: str) -> set[str]:
+    return set(re.findall(rf"Task batches\.chunk\[([\w-]+)\] {event}", log))
+
+
+def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
+    stack = LiveStack(tmp_path, **FAST_REDELIVERY)
+    try:
+        stack.server()
+        first = stack.worker("first")
+        client = stack.client(cold.raw)
+        rows = [_line(i) for i in range(LINES)]
+        uploaded = client.files.create(file=("in.jsonl", jsonl(rows)), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, completion_window="24h",
+                                      endpoint="/v1/completions")
+        wait_batch(client, batch.id, until=lambda b: b.request_counts.completed >= 40)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        at_kill = client.batches.retrieve(batch.id)
+        assert at_kill.status == "in_progress" and at_kill.request_counts.completed < LINES
+        log = (tmp_path / "first.log").read_text()
+        lost = _chunks(log, "received") - _chunks(log, "succeeded")
+        assert lost, "the kill did not land inside a chunk"
+
+        stack.worker("second")
+        done = wait_batch(client, batch.id, timeout=120)
+        assert lost <= _chunks((tmp_path / "second.log").read_text(), "received")
+        assert done.status == "completed", done
+        assert (done.request_counts.completed, done.request_counts.failed) == (LINES, 0)
+        assert done.error_file_id is None
+        output = client.files.content(done.output_file_id).text
+    finally:
+        stack.close()
+    ids = [json.loads(x)["custom_id"] for x in output.splitlines()]
+    assert len(ids) == LINES and set(ids) == {f"doc-{i}" for i in range(LINES)}
