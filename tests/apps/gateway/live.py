@@ -115,3 +115,48 @@ def close_server_connections() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+class EngineWorkers:
+    """``manage.py run_engine`` processes serving ``model`` over Redis under ``channel``."""
+
+    def __init__(self, model: Path, channel: str, logs: Path, **settings: str) -> None:
+        import os
+        import sys
+
+        root = Path(__file__).resolve().parents[3]
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("LASER_") and k != "DATABASE_URL"}
+        env.update(settings, LASER_MODEL=str(model), LASER_ENGINE_CHANNEL=channel,
+                   LASER_VAR_DIR=str(logs), LASER_MODEL_CACHE=str(logs / "models"),
+                   LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16",
+                   LASER_MAX_MODEL_LEN=str(MAX_MODEL_LEN), PYTHONPATH=str(root),
+                   PYTHONUNBUFFERED="1")
+        self.env, self.root, self.logs, self.python = env, root, logs, sys.executable
+        self.procs: dict[str, Any] = {}
+
+    def start(self, *worker_ids: str, timeout: float = 90.0) -> None:
+        import subprocess
+
+        for worker_id in worker_ids:
+            with (self.logs / f"{worker_id}.log").open("w") as out:
+                self.procs[worker_id] = subprocess.Popen(
+                    [self.python, "manage.py", "run_engine", "--worker-id", worker_id],
+                    cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        for worker_id in worker_ids:
+            log = self.logs / f"{worker_id}.log"
+            ready = wait_until(lambda: "ready on" in log.read_text()
+                               or self.procs[worker_id].poll() is not None, timeout, 0.1)
+            if not ready or self.procs[worker_id].poll() is not None:
+                raise RuntimeError(f"worker {worker_id} did not start:\n{log.read_text()}")
+
+    def kill(self, worker_id: str) -> None:
+        import signal
+
+        self.procs[worker_id].send_signal(signal.SIGKILL)
+        self.procs[worker_id].wait(10)
+
+    def close(self) -> None:
+        for worker_id, proc in self.procs.items():
+            if proc.poll() is None:
+                self.kill(worker_id)

@@ -1,7 +1,7 @@
 """REST + SSE framing, errors and bookkeeping against a scripted engine (Django AsyncClient).
 
 The same behaviours are shown against the real engine through a live server in
-``test_live_openai.py``; here every branch is reachable deterministically.
+``test_live_sdk.py`` and ``test_live_http.py``; here every branch is reachable deterministically.
 """
 
 from __future__ import annotations
