@@ -35,6 +35,7 @@ class StepFill:
         self.hot_min_slack = math.inf
         self.context = 0
         self._admit_closed = False
+        self._spent: set[int] = set()  # classes whose allowance is used up
 
     # ---- the step -------------------------------------------------------------------------
     def run(self) -> None:
@@ -44,20 +45,33 @@ class StepFill:
         self.victims = [q for _, q in keyed]  # least urgent at the end
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
-        waiting = [(s.key(q), q) for q in s.waiting]
+        keys, key = s._keys, s.key
+        waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
         self._limits(decodes, prefills, waiting)
         for k, q in decodes:
             self._run_one(k, q, 1)
-        for k, q, is_waiting in self._merge(prefills, waiting):
-            if self.used >= self.budget:
-                break
-            if q.status is RUNNING or is_waiting:
-                self._prefill(k, q, is_waiting)
+        for group in self._by_class(prefills, waiting):
+            for k, q, is_waiting in group:
+                if self.used >= self.budget:
+                    return
+                if k[0] in self._spent:  # the class's allowance ran out earlier this step
+                    break
+                if q.status is RUNNING or is_waiting:
+                    self._prefill(k, q, is_waiting)
 
-    def _merge(self, prefills, waiting):
-        tagged = [(k, q, False) for k, q in prefills] + [(k, q, True) for k, q in waiting]
-        tagged.sort(key=lambda t: t[0])
-        return tagged
+    def _by_class(self, prefills, waiting):
+        """Prefills and waiting requests in key order, one class at a time; a class whose
+        allowance is already spent is skipped without sorting it (long cold queues)."""
+        groups: list[list] = [[], [], [], []]
+        for k, q in prefills:
+            groups[k[0]].append((k, q, False))
+        for k, q in waiting:
+            groups[k[0]].append((k, q, True))
+        for cls, group in enumerate(groups):
+            if not group or cls in self._spent or self._allowance(cls) <= 0:
+                continue
+            group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
+            yield group
 
     def _limits(self, decodes, prefills, waiting) -> None:
         """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap."""
@@ -105,6 +119,7 @@ class StepFill:
             return  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
+            self._spent.add(cls)  # allowances only shrink as the step fills (until a preemption)
             return
         if cls > 0 and self.hold_blocks:
             if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
@@ -178,3 +193,4 @@ class StepFill:
                 self.hot_blocks -= len(seq.block_ids)
         self.s.preempt(seq)
         self.preempted.append(seq.seq_id)
+        self._spent.clear()
