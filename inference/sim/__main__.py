@@ -35,6 +35,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier")
     ap.add_argument("--duration", type=float, default=3600.0, help="seconds of arrivals")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-batched-tokens", type=int, default=SimConfig.max_num_batched_tokens,
+                    help="per-step token budget of every policy")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="longest prefill chunk of one sequence (default: the budget)")
     ap.add_argument("--goodput", action="store_true",
                     help="also bisect each policy's largest load meeting every tier's target")
     ap.add_argument("--goodput-range", type=float, nargs=2, default=(0.05, 2.0),
@@ -73,7 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
     trace: list[TraceRequest] = trace_at(args.load)
     summaries, probes = {}, {}
     for name in names:
-        cfg = SimConfig(policy=name, gpu=args.gpu, model=args.model)
+        cfg = SimConfig(policy=name, gpu=args.gpu, model=args.model,
+                        max_num_batched_tokens=args.max_batched_tokens,
+                        long_prefill_chunk=args.chunk or args.max_batched_tokens)
         summaries[name] = summarize(simulate(trace, cfg))
         if args.goodput:
             lo, hi = args.goodput_range
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
             probes[name] = g.probes
         print(f"{name}: {summaries[name]['wall_s']:.1f} s wall", file=sys.stderr)
     source = args.scenario or str(args.trace)
-    title = f"{source} {args.model} on {args.gpu}, load {args.load:g}, {args.duration:g} s"
+    title = (f"{source} {args.model} on {args.gpu}, load {args.load:g}, {args.duration:g} s, "
+             f"{args.max_batched_tokens} tokens/step")
     rat = ratios(summaries)
     print(f"\n{title} ({len(trace)} requests)\n")
     print(table(summaries))

@@ -1,7 +1,8 @@
 """Scenarios S1 (interactive day) and S2 (burst storm) from the public traces.
 
-``load`` scales arrival rates: timestamps are divided by it, and the one-hour traces are
-tiled end to end to fill ``duration_s``; cold waves come every ``wave_every_s / load``.
+``load`` scales arrival rates: interactive timestamps are divided by it (the one-hour traces
+tiled end to end to fill ``duration_s``), and each cold wave holds ``load`` times its nominal
+number of documents (waves keep their period, so a flood stays proportional to the load).
 Every random choice (which documents, which sessions are demotable) comes from ``seed``.
 """
 
@@ -58,7 +59,7 @@ def _waves(docs: list[tuple[int, int]], size: int, every_s: float, duration_s: f
            deadline_s: float, rng: random.Random) -> list[TraceRequest]:
     out, k = [], 0
     while k * every_s < duration_s:
-        for p, o in rng.sample(docs, size):
+        for p, o in rng.sample(docs, max(1, min(len(docs), size))):
             out.append(TraceRequest(k * every_s, Tier.COLD, p, o, deadline_s=deadline_s,
                                     tenant="batch", job=f"wave{k}"))
         k += 1
@@ -67,22 +68,22 @@ def _waves(docs: list[tuple[int, int]], size: int, every_s: float, duration_s: f
 
 def s1(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
        root: Path | None = None) -> list[TraceRequest]:
-    """Interactive day: hot = Azure conv, warm = Azure code, cold = waves of 500 arXiv
-    summaries every 15 minutes, each wave one batch job due 30 minutes after it lands."""
+    """Interactive day: hot = Azure conv, warm = Azure code, cold = waves of 500 (x load)
+    arXiv summaries every 15 minutes, each wave one batch job due 30 minutes after it lands."""
     root, rng = root or traces_dir(), random.Random(seed)
     hot = _interactive(_tile(_cached(root / CONV, read_azure), load, duration_s), Tier.HOT,
                        "chat", rng)
     warm = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.WARM,
                         "code", rng)
-    cold = _waves(_cached(root / ARXIV, read_arxiv), 500, 900.0 / load, duration_s, 1800.0,
-                  rng)
+    cold = _waves(_cached(root / ARXIV, read_arxiv), round(500 * load), 900.0, duration_s,
+                  1800.0, rng)
     return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
 
 
 def s2(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
        root: Path | None = None) -> list[TraceRequest]:
     """Burst storm: hot = Azure code with its bursts, warm = conv at half rate, cold = waves
-    of 1,000 long arXiv documents (the longer half, 2.7k+ prompt tokens) every 30 minutes,
+    of 1,000 (x load) long arXiv documents (the longer half, 2.7k+ prompt tokens) every 30 minutes,
     due in 45 minutes."""
     root, rng = root or traces_dir(), random.Random(seed)
     hot = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.HOT,
@@ -92,7 +93,7 @@ def s2(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
     docs = _cached(root / ARXIV, read_arxiv)
     median = sorted(p for p, _ in docs)[len(docs) // 2]
     long_docs = [d for d in docs if d[0] >= median]
-    cold = _waves(long_docs, 1000, 1800.0 / load, duration_s, 2700.0, rng)
+    cold = _waves(long_docs, round(1000 * load), 1800.0, duration_s, 2700.0, rng)
     return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
 
 

@@ -11,6 +11,8 @@ from inference.sim.profiles import traces_dir
 from inference.sim.scenarios import s1, s2
 from inference.sim.traces import TraceRequest, read_jsonl, write_jsonl
 
+COLD = Tier.COLD
+
 
 def test_reads_required_and_optional_fields_sorted_by_arrival(tmp_path):
     path = tmp_path / "t.jsonl"
@@ -56,6 +58,7 @@ def test_scenarios_scale_with_load_and_tag_cold_jobs():
     cold = [r for r in one if r.tier is Tier.COLD]
     assert len(cold) == 500 and {r.job for r in cold} == {"wave0"}
     assert all(r.deadline_s == 1800.0 for r in cold)
+    assert len([r for r in two if r.tier is COLD]) == 1000  # the flood scales with the load
     storm = s2(1.0, 1900.0)
     waves = {r.job for r in storm if r.tier is Tier.COLD}
     assert waves == {"wave0", "wave1"}
