@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from inference.scheduler import POLICIES
-from inference.sim.config import SimConfig
+from inference.sim.config import DEFAULT_BUDGET, SimConfig
 from inference.sim.goodput import find_goodput
 from inference.sim.loop import simulate
 from inference.sim.plots import write_plots
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier")
     ap.add_argument("--duration", type=float, default=3600.0, help="seconds of arrivals")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-batched-tokens", type=int, default=SimConfig.max_num_batched_tokens,
+    ap.add_argument("--max-batched-tokens", type=int, default=DEFAULT_BUDGET,
                     help="per-step token budget of every policy")
     ap.add_argument("--chunk", type=int, default=None,
                     help="longest prefill chunk of one sequence (default: the budget)")

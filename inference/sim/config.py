@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from inference.scheduler import LaserPolicyConfig, SchedulerConfig
 from inference.sim.profiles import GPUS, MODELS
 
+DEFAULT_BUDGET = 2048  # tokens per step: vLLM's default for online serving with chunked prefill
+
 
 @dataclass(frozen=True, slots=True)
 class Contracts:
@@ -45,8 +47,8 @@ class SimConfig:
     gpu: str = "a100"
     model: str = "llama3-8b"
     block_size: int = 16
-    max_num_batched_tokens: int = 2048
-    long_prefill_chunk: int = 2048
+    max_num_batched_tokens: int = DEFAULT_BUDGET
+    long_prefill_chunk: int = DEFAULT_BUDGET
     max_num_seqs: int = 256
     max_waiting: int = 100_000
     contracts: Contracts = field(default_factory=Contracts)
