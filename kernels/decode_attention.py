@@ -12,34 +12,53 @@ Block-table entries past ``ceil(L / B)`` are never read.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from kernels.dispatch import use_triton
 
 
-def _slots(
+def block_index(
     block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
-) -> torch.Tensor:
-    """``[num_seqs, max_len]`` int64 cache slots; positions at or past a sequence's length map
-    to its position 0 (always written), so no unwritten slot or unused table entry is read."""
-    pos = torch.arange(max_len, device=block_tables.device)
-    pos = torch.where(pos[None, :] < seq_lens[:, None].to(pos.device), pos[None, :], 0)
-    blocks = block_tables.long().gather(1, pos // block_size)
-    return blocks * block_size + pos % block_size
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Which blocks to read for ``max_len`` positions of every sequence.
+
+    Returns ``(blocks, valid, invalid)``: ``blocks`` ``[num_seqs * W]`` int64 block ids
+    (``W = ceil(max_len / block_size)``; table entries past a sequence's last block are replaced
+    by its first block, which always exists, so junk entries are never read), ``valid``
+    ``[num_seqs, W * block_size]`` marks positions below each length, ``invalid`` the flat row
+    ids (``seq * W * block_size + position``) of the others.
+    """
+    width = -(-max_len // block_size)
+    lens = seq_lens.to(device=block_tables.device, dtype=torch.int64)
+    tables = block_tables[:, :width].to(torch.int64)
+    starts = torch.arange(width, device=tables.device) * block_size
+    tables = torch.where(starts[None, :] < lens[:, None], tables, tables[:, :1])
+    valid = torch.arange(width * block_size, device=tables.device)[None, :] < lens[:, None]
+    return tables.reshape(-1), valid, (~valid).view(-1).nonzero().squeeze(1)
+
+
+def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor,
+                num_seqs: int) -> torch.Tensor:
+    """The cache rows of ``block_index``'s blocks as a heads-first view ``[num_seqs,
+    num_kv_heads, P, D]``; rows at ``invalid`` positions are zeroed (they may hold stale or
+    unwritten values, and a masked softmax still multiplies them by zero)."""
+    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+    # whole blocks are contiguous runs of block_size * KVH * D elements: one cheap index_select
+    rows = cache.view(num_blocks, -1).index_select(0, blocks)
+    rows = rows.view(-1, num_kv_heads * head_dim)
+    if invalid.numel():
+        rows.index_fill_(0, invalid, 0.0)
+    return rows.view(num_seqs, -1, num_kv_heads, head_dim).transpose(1, 2)
 
 
 def gather_kv(
     cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int
-) -> torch.Tensor:
-    """Each sequence's first ``max_len`` cache rows, heads first: ``[num_seqs, num_kv_heads,
-    max_len, D]``, contiguous. Rows past a sequence's length repeat its row 0; mask them."""
-    _, block_size, num_kv_heads, head_dim = cache.shape
-    slots = _slots(block_tables, seq_lens, max_len, block_size)
-    # one index_select over [slot * num_kv_heads + head] rows builds the heads-first layout
-    # directly (much cheaper on CPU than advanced indexing plus a transpose copy)
-    heads = torch.arange(num_kv_heads, device=slots.device)
-    rows = slots[:, None, :] * num_kv_heads + heads[None, :, None]  # [S, KVH, L]
-    flat = cache.view(-1, head_dim).index_select(0, rows.view(-1))
-    return flat.view(slots.shape[0], num_kv_heads, max_len, head_dim)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(kv, valid)``: every sequence's cache rows ``[num_seqs, num_kv_heads, P, D]`` (``P`` =
+    ``max_len`` rounded up to whole blocks, invalid positions zero) and the ``[num_seqs, P]``
+    mask of positions below each length."""
+    blocks, valid, invalid = block_index(block_tables, seq_lens, max_len, cache.shape[1])
+    return gather_rows(cache, blocks, invalid, block_tables.shape[0]), valid
 
 
 def paged_decode_attention_reference(
@@ -51,21 +70,17 @@ def paged_decode_attention_reference(
     scale: float,
 ) -> torch.Tensor:
     """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`."""
-    num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
     max_len = int(seq_lens.max())
-    k = gather_kv(k_cache, block_tables, seq_lens, max_len)  # [S, KVH, L, D]
-    v = gather_kv(v_cache, block_tables, seq_lens, max_len)
-    # the heads of one KV group act as that group's "query rows": no K/V repeat needed
-    qg = q.reshape(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    blocks, valid, invalid = block_index(block_tables, seq_lens, max_len, k_cache.shape[1])
+    k = gather_rows(k_cache, blocks, invalid, q.shape[0])  # [S, KVH, P, D]
+    v = gather_rows(v_cache, blocks, invalid, q.shape[0])
+    qs = q[:, :, None, :]  # [S, H, 1, D]: the heads of a KV group share its K/V (enable_gqa)
     if q.dtype != torch.float32 and not q.is_cuda:  # CPU half matmuls are slow and lossy
-        qg, k, v = qg.float(), k.float(), v.float()
-    scores = torch.matmul(qg, k.transpose(-1, -2)).mul_(scale)  # [S, KVH, G, L]
-    if int(seq_lens.min()) < max_len:
-        pad = torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None].to(q.device)
-        scores.masked_fill_(pad[:, None, None, :], float("-inf"))
-    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [S, KVH, G, D]
-    return out.reshape(num_seqs, num_heads, head_dim).to(q.dtype)
+        qs, k, v = qs.float(), k.float(), v.float()
+    out = F.scaled_dot_product_attention(
+        qs, k.to(qs.dtype), v.to(qs.dtype), attn_mask=valid[:, None, None, :], scale=scale,
+        enable_gqa=True)
+    return out[:, :, 0, :].to(q.dtype)
 
 
 def paged_decode_attention(

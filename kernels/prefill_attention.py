@@ -67,8 +67,8 @@ def paged_prefill_attention_reference(
         if n <= 1:
             continue
         table, length = block_tables[i : i + 1], seq_lens[i : i + 1]
-        k = gather_kv(k_cache, table, length, lens[i])[0]  # [KVH, L, D]
-        v = gather_kv(v_cache, table, length, lens[i])[0]
+        k = gather_kv(k_cache, table, length, lens[i])[0][0, :, : lens[i]]  # [KVH, L, D]
+        v = gather_kv(v_cache, table, length, lens[i])[0][0, :, : lens[i]]
         qi = q[starts[i] : starts[i + 1]]
         if work is not None:
             qi, k, v = qi.to(work), k.to(work), v.to(work)

@@ -1,8 +1,8 @@
 """The async front: an ``LLMEngine`` stepping on a background thread, deltas to asyncio.
 
 The step loop sleeps on a condition when there is nothing to do (no busy loop). Deltas reach
-each request's ``asyncio.Queue`` through ``loop.call_soon_threadsafe``, one call per request and
-step. Admission runs in the caller's ``await generate(...)``, so every refusal is raised before
+each request's ``asyncio.Queue`` through ``loop.call_soon_threadsafe``, one call per event loop
+and step. Admission runs in the caller's ``await generate(...)``, so every refusal is raised before
 any work; closing, cancelling or dropping a stream aborts its request.
 """
 
@@ -82,6 +82,11 @@ class DeltaStream:
     def _push(self, items: list[Delta | BaseException]) -> None:  # on the loop's thread
         for item in items:
             self._queue.put_nowait(item)
+
+
+def _push_all(batch: list[tuple[DeltaStream, list[Delta]]]) -> None:  # on the loop's thread
+    for stream, items in batch:
+        stream._push(items)
 
 
 class AsyncEngine:
@@ -225,16 +230,21 @@ class AsyncEngine:
         by_request: dict[str, list[Delta]] = {}
         for d in deltas:
             by_request.setdefault(d.request_id, []).append(d)
+        # one wake-up per event loop and step, however many of its streams got deltas
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[DeltaStream, list[Delta]]]] = {}
         for request_id, items in by_request.items():
             stream = self._streams.get(request_id)
             if stream is None:
                 continue
             if not self.engine.is_active(request_id):
                 self._streams.pop(request_id, None)
+            by_loop.setdefault(stream._loop, []).append((stream, items))
+        for loop, batch in by_loop.items():
             try:
-                stream._loop.call_soon_threadsafe(stream._push, items)
+                loop.call_soon_threadsafe(_push_all, batch)
             except RuntimeError:  # its event loop is closed: nobody is listening
-                self._abort_now(request_id)
+                for stream, _ in batch:
+                    self._abort_now(stream.request_id)
 
     def _fail_all(self, error: BaseException) -> None:
         for request_id in list(self._streams.keys()):

@@ -21,7 +21,13 @@ class EngineConfig:
     Attributes:
         model: GGUF file or Hugging Face directory; None is the bundled SmolLM2 GGUF.
         device: ``cpu`` or ``cuda`` (``cuda:N``).
-        dtype: ``float32``/``bfloat16``/``float16``; None picks float32 on CPU, bfloat16 on CUDA.
+        dtype: ``float32``/``bfloat16``/``float16`` for weights and activations; None picks
+            float32 on CPU and bfloat16 on CUDA. On CPU, bfloat16 is faster but not a safe
+            default for small models: SmolLM2-135M's greedy answers degrade (see
+            docs/benchmarks.md), so it is opt-in there.
+        kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
+            computes in float32, so a narrower cache would only add conversions) and ``dtype``
+            on CUDA.
         block_size: tokens per KV block.
         kv_memory_mb: KV-cache budget; the number of blocks follows from the model's
             ``kv_bytes_per_block``.
@@ -39,6 +45,7 @@ class EngineConfig:
     model: str | None = None
     device: str = "cpu"
     dtype: str | None = None
+    kv_cache_dtype: str | None = None
     block_size: int = 16
     kv_memory_mb: float = 256.0
     max_num_batched_tokens: int = 512
@@ -53,8 +60,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
-        if self.dtype is not None and self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        for name in ("dtype", "kv_cache_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in _DTYPES:
+                raise ValueError(f"{name} must be one of {sorted(_DTYPES)}, got {value!r}")
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -78,6 +87,12 @@ class EngineConfig:
         if self.dtype is not None:
             return _DTYPES[self.dtype]
         return torch.float32 if self.device == "cpu" else torch.bfloat16
+
+    @property
+    def torch_kv_dtype(self) -> torch.dtype:
+        if self.kv_cache_dtype is not None:
+            return _DTYPES[self.kv_cache_dtype]
+        return torch.float32 if self.device == "cpu" else self.torch_dtype
 
     def num_blocks(self, kv_bytes_per_block: int) -> int:
         """KV blocks that fit the memory budget (at least one)."""
@@ -106,9 +121,9 @@ class EngineConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EngineConfig:
         """Read ``LASER_*`` variables; unset ones keep their defaults; bad values fail loudly.
 
-        ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_MEMORY_MB``,
-        ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``, ``LASER_MAX_NUM_SEQS``,
-        ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
+        ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_CACHE_DTYPE``,
+        ``LASER_KV_MEMORY_MB``, ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``,
+        ``LASER_MAX_NUM_SEQS``, ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
         ``LASER_PREFIX_CACHING``, ``LASER_THREADS``. Keyword overrides win over the environment.
         """
         env = os.environ if environ is None else environ
@@ -144,6 +159,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "LASER_MODEL": ("model", _str),
     "LASER_DEVICE": ("device", _str),
     "LASER_DTYPE": ("dtype", _str),
+    "LASER_KV_CACHE_DTYPE": ("kv_cache_dtype", _str),
     "LASER_KV_MEMORY_MB": ("kv_memory_mb", float),
     "LASER_BLOCK_SIZE": ("block_size", int),
     "LASER_MAX_BATCHED_TOKENS": ("max_num_batched_tokens", int),

@@ -51,9 +51,9 @@ class LLMEngine:
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer
         model = loaded.model
-        dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
-        per_block = model.kv_bytes_per_block(config.block_size, dtype)
+        kv_dtype = config.torch_kv_dtype
+        per_block = model.kv_bytes_per_block(config.block_size, kv_dtype)
         num_blocks = config.num_blocks(per_block)
         kv = BlockManager(num_blocks, config.block_size, prefix_caching=config.prefix_caching)
         sched_config = config.scheduler_config(loaded.config.max_position)
@@ -62,7 +62,7 @@ class LLMEngine:
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
         self.scheduler = make_scheduler(config.policy, sched_config, kv)
-        self.runner = ModelRunner(model, num_blocks, config.block_size, device, dtype)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
             getattr(loaded, "stop_token_ids", ()))

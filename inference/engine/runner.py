@@ -45,7 +45,8 @@ class ModelRunner:
     """Runs ``LlamaModel`` steps over a paged KV cache.
 
     Args:
-        model: a loaded ``LlamaModel`` (weights on ``device`` in ``dtype``).
+        model: a loaded ``LlamaModel`` (weights on ``device``).
+        dtype: the KV cache dtype (it may differ from the weights': float32 on CPU).
         num_blocks, block_size: KV pool shape; per layer keys and values are
             ``[num_blocks, block_size, num_kv_heads, head_dim]``.
     """
