@@ -1,0 +1,191 @@
+"""Engine decode throughput side by side with ``transformers.generate`` on the same model.
+
+    .venv/bin/python bench/engine_throughput.py [--tokens 128] [--dtypes float32,bfloat16]
+
+Same bundled SmolLM2-135M GGUF, same chat prompts, greedy, ``--tokens`` new tokens per
+request (EOS ignored so every row produces the same count), 1 stream and 16 concurrent:
+
+- Laser: ``LLMEngine.step()`` until every request finishes (continuous batching, paged KV);
+- transformers: one batched ``generate`` (left padding, ``min_new_tokens`` = ``max_new_tokens``).
+
+It also measures the machine's ceilings (a large copy for memory bandwidth, a large matmul for
+FLOP/s, in each dtype) and reports each throughput as a fraction of them: the weight bytes a
+decode step must read over the bandwidth (bound for 1 stream), and the step's FLOPs over the
+matmul rate (bound for 16). Start-up: a second ``LLMEngine`` start (weights cached) against
+``transformers`` loading the GGUF. Prints a table; writes ``bench/out/engine_throughput.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.engine import EngineConfig, LLMEngine  # noqa: E402
+from inference.loaders import default_model_path  # noqa: E402
+from inference.request import EngineRequest, SamplingParams  # noqa: E402
+
+QUESTIONS = [
+    "Write a long story about a dragon who learns to bake bread.",
+    "Explain in detail how a steam engine works.",
+    "Describe the history of the Roman Empire.",
+    "List the steps to plant a vegetable garden and explain each one.",
+    "Why is the sky blue? Give a thorough explanation.",
+    "Write a letter to a friend about your summer holiday.",
+    "Explain how computers store numbers.",
+    "Describe a day in the life of a lighthouse keeper.",
+]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def messages(i: int) -> list[dict]:
+    return [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
+
+
+# ---- machine ceilings ----------------------------------------------------------------------
+def _best_of(fn, repeats: int = 7) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bandwidth_gbs() -> float:
+    """Read + write bytes per second of a 256 MiB copy (best of 7)."""
+    src = torch.empty(64 * 2**20, dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / _best_of(lambda: dst.copy_(src)) / 1e9
+
+
+def matmul_gflops(dtype: torch.dtype) -> float:
+    """FLOP/s of a 2048^3 matmul in ``dtype`` (best of 7)."""
+    a = torch.randn(2048, 2048).to(dtype)
+    b = torch.randn(2048, 2048).to(dtype)
+    return 2 * 2048**3 / _best_of(lambda: a @ b) / 1e9
+
+
+# ---- Laser ---------------------------------------------------------------------------------
+def laser_engine(dtype: str) -> tuple[LLMEngine, float]:
+    t0 = time.perf_counter()
+    engine = LLMEngine(EngineConfig(dtype=dtype, max_num_seqs=64))
+    return engine, time.perf_counter() - t0
+
+
+def laser_run(engine: LLMEngine, streams: int, tokens: int, tag: str) -> dict:
+    sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    for i in range(streams):
+        engine.add_request(EngineRequest(f"{tag}-{i}", sp, messages=messages(i), tenant_id="b"))
+    first: float | None = None
+    produced = 0
+    t0 = time.perf_counter()
+    while engine.has_unfinished():
+        n = sum(len(d.token_ids) for d in engine.step())
+        produced += n
+        if first is None and n:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return {"tokens": produced, "seconds": end - t0, "tok_s": produced / (end - t0),
+            "decode_tok_s": (produced - streams) / (end - first)}
+
+
+# ---- transformers --------------------------------------------------------------------------
+def hf_load():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_model_path()
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                 dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return model, tok, time.perf_counter() - t0
+
+
+def hf_run(model, tok, streams: int, tokens: int) -> dict:
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    texts = [tok.apply_chat_template(messages(i), tokenize=False, add_generation_prompt=True)
+             for i in range(streams)]
+    batch = tok(texts, return_tensors="pt", padding=True)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(**batch, max_new_tokens=tokens, min_new_tokens=tokens,
+                             do_sample=False, pad_token_id=tok.pad_token_id)
+    seconds = time.perf_counter() - t0
+    produced = (out.shape[1] - batch["input_ids"].shape[1]) * streams
+    return {"tokens": produced, "seconds": seconds, "tok_s": produced / seconds}
+
+
+# ---- report --------------------------------------------------------------------------------
+def bounds(engine: LLMEngine, dtype: torch.dtype, bw: float, gflops: float) -> dict:
+    """Tokens/s ceilings: one stream reads every weight per token; 16 streams are FLOP-bound."""
+    params = sum(p.numel() for p in engine.runner.model.parameters())
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    one = bw * 1e9 / 2 / (params * itemsize)  # bw counts read + write; a step only reads
+    many = min(16 * one, gflops * 1e9 / (2 * params))
+    return {"params": params, "bound_1_tok_s": one, "bound_16_tok_s": many}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--streams", default="1,16")
+    ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
+    args = ap.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    torch.set_num_threads(len(__import__("os").sched_getaffinity(0)))
+    bw = bandwidth_gbs()
+    rows: list[dict] = []
+    result: dict = {"tokens": args.tokens, "threads": torch.get_num_threads(),
+                    "bandwidth_gbs": bw, "rows": rows}
+    for name in args.dtypes.split(","):
+        gflops = matmul_gflops(DTYPES[name])
+        result[f"matmul_gflops_{name}"] = gflops
+        LLMEngine(EngineConfig(dtype=name)).runner  # first start fills the weight cache
+        gc.collect()
+        engine, start_s = laser_engine(name)
+        lim = bounds(engine, DTYPES[name], bw, gflops)
+        for n in streams:
+            r = laser_run(engine, n, args.tokens, f"{name}-{n}")
+            bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"]
+            rows.append({"system": f"laser {name}", "streams": n, **r, "start_s": start_s,
+                         "fraction_of_bound": r["decode_tok_s"] / bound, "bound_tok_s": bound})
+        del engine
+        gc.collect()
+    if not args.skip_hf:
+        model, tok, hf_start = hf_load()
+        for n in streams:
+            rows.append({"system": "transformers float32", "streams": n,
+                         **hf_run(model, tok, n, args.tokens), "start_s": hf_start})
+    by = {(r["system"], r["streams"]): r for r in rows}
+    for r in rows:
+        base = by.get(("transformers float32", r["streams"]))
+        r["x_transformers"] = r["tok_s"] / base["tok_s"] if base else None
+    print(f"bandwidth {bw:.1f} GB/s (copy, read+write); "
+          + ", ".join(f"{k} {v:.0f}" for k, v in result.items() if k.startswith("matmul")))
+    print(f"{'system':<22}{'streams':>8}{'tok/s':>9}{'decode':>9}{'x hf':>7}"
+          f"{'of bound':>10}{'start s':>9}")
+    for r in rows:
+        ratio = f"{r['x_transformers']:.2f}" if r["x_transformers"] else "-"
+        frac = f"{r['fraction_of_bound']:.0%}" if "fraction_of_bound" in r else "-"
+        dec = f"{r['decode_tok_s']:.1f}" if "decode_tok_s" in r else "-"
+        print(f"{r['system']:<22}{r['streams']:>8}{r['tok_s']:>9.1f}{dec:>9}{ratio:>7}"
+              f"{frac:>10}{r['start_s']:>9.2f}")
+    out = Path(__file__).resolve().parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "engine_throughput.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
