@@ -36,6 +36,9 @@ class StepFill:
         self.context = 0
         self._admit_closed = False
         self._spent: set[int] = set()  # classes whose allowance is used up
+        self.cap_s: float | None = None  # step time the TBT / warm-floor cap allows
+        self._attn = getattr(sched.cost, "prefill_attn_s", None)
+        self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
 
     # ---- the step -------------------------------------------------------------------------
     def run(self) -> None:
@@ -90,7 +93,8 @@ class StepFill:
         if p.warm_floor_enabled:
             gaps = gaps + [warm_gap_s(q.targets) for k, q in decodes if k[0] == 2]
         if gaps:
-            fit = max_tokens_within(s.cost, p.tbt_safety * min(gaps), self.context, self.budget)
+            self.cap_s = p.tbt_safety * min(gaps)
+            fit = max_tokens_within(s.cost, self.cap_s, self.context, self.budget)
             self.cap = max(len(decodes), fit)
         self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
         self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
@@ -121,6 +125,9 @@ class StepFill:
         if n <= 0:
             self._spent.add(cls)  # allowances only shrink as the step fills (until a preemption)
             return
+        n = self._fit_attention(seq, n, hot=cls == 0)
+        if n <= 0:
+            return
         if cls > 0 and self.hold_blocks:
             if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
                 if is_waiting:
@@ -130,6 +137,21 @@ class StepFill:
             self._admit(key, seq, n)
         else:
             self._run_one(key, seq, n)
+
+    def _fit_attention(self, seq: Sequence, n: int, hot: bool) -> int:
+        """Shrink a prefill chunk until the step, with its chunks' attention (quadratic in the
+        chunk, linear in cached context; estimators that price it expose ``prefill_attn_s``),
+        still fits the time cap. Hot keeps at least ``MIN_HOT_CHUNK``; others may get 0."""
+        if self.cap_s is None or self._attn is None:
+            return n
+        cost, start = self.s.cost, seq.num_computed_tokens
+        floor = min(n, MIN_HOT_CHUNK) if hot else 1
+        while cost.step_time(self.used + n, self.context) + self.attn_s + self._attn(
+                start, n) > self.cap_s:
+            if n <= floor:
+                return n if hot else 0
+            n = max(floor, n * 3 // 4)
+        return n
 
     def _admit(self, key: tuple, seq: Sequence, n: int) -> None:
         s, cls = self.s, key[0]
@@ -165,8 +187,14 @@ class StepFill:
         self.items[seq.seq_id] = (got, cls)
         self.used += got[0].num_tokens
         self.used_by_class[cls] += got[0].num_tokens
+        self.attn_s += self._chunk_attn(got[0])
         if cls == 0:
             self.hot_blocks += len(seq.block_ids)
+
+    def _chunk_attn(self, item: ScheduledSeq) -> float:
+        if self._attn is None or item.num_tokens == 1:
+            return 0.0
+        return self._attn(item.start, item.num_tokens)
 
     def _preempt_below(self, key: tuple) -> bool:
         """Preempt the least urgent running sequence ranked after ``key``; False if none."""
@@ -189,6 +217,7 @@ class StepFill:
             (item, _), cls = entry
             self.used -= item.num_tokens
             self.used_by_class[cls] -= item.num_tokens
+            self.attn_s -= self._chunk_attn(item)
             if cls == 0:
                 self.hot_blocks -= len(seq.block_ids)
         self.s.preempt(seq)
