@@ -14,8 +14,9 @@ class LaserPolicyConfig:
     (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
     Chunking: when hot decodes run, the step is sized to fit ``tbt_safety`` of the tightest hot
     TBT target; non-hot prefill is deferred while a hot request's TTFT slack is below
-    ``ttft_slack_frac`` of its target. Warm floor: while warm decodes run, the step is also
-    sized to fit ``tbt_safety`` of the gap that keeps warm's contracted rate floor.
+    ``ttft_slack_frac`` of its target, and cold decodes sit those steps out. Warm floor:
+    while warm decodes run, the step is also sized to fit ``tbt_safety`` of the gap that
+    keeps warm's contracted rate floor.
     Demotion: hot slack below ``pressure_slack_frac`` of target for ``pressure_window_s``
     demotes up to ``demote_fraction`` of demotable hot sessions (lowest weight first); they
     return after ``restore_window_s`` without pressure.

@@ -50,7 +50,7 @@ class StepFill:
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
         keys, key = s._keys, s.key
         waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
-        self._limits(decodes, prefills, waiting)
+        decodes = self._limits(decodes, prefills, waiting)
         for k, q in decodes:
             self._run_one(k, q, 1)
         for group in self._by_class(prefills, waiting):
@@ -76,8 +76,13 @@ class StepFill:
             group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
             yield group
 
-    def _limits(self, decodes, prefills, waiting) -> None:
-        """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap."""
+    def _limits(self, decodes, prefills, waiting) -> list:
+        """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap.
+
+        Returns the decodes to run: while a hot request's TTFT slack is short, cold decodes
+        (which have slack, or they would be promoted) sit the step out, so that their context
+        does not eat the time the TBT cap leaves for hot prefill.
+        """
         p, s, sp = self.p, self.s, self.s.speeds
         hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
         for k, q in decodes:
@@ -88,6 +93,11 @@ class StepFill:
             if k[0] == 0:
                 ttft_min = min(ttft_min, hot_slack_frac(q, self.now, sp))
         self.hot_min_slack = min(self.hot_min_slack, ttft_min)
+        self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
+        if self.defer:
+            paused = [q for k, q in decodes if k[0] == 3]
+            self.context -= sum(q.num_computed_tokens for q in paused)
+            decodes = [(k, q) for k, q in decodes if k[0] != 3]
         self.cap = self.budget
         gaps = hot_tbt if p.chunking_enabled else []
         if p.warm_floor_enabled:
@@ -96,7 +106,6 @@ class StepFill:
             self.cap_s = p.tbt_safety * min(gaps)
             fit = max_tokens_within(s.cost, self.cap_s, self.context, self.budget)
             self.cap = max(len(decodes), fit)
-        self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
         self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
         self.hold_blocks = s.reserve.blocks(s.kv.num_blocks) if p.reserve_enabled else 0
         if p.borrowing_enabled:
@@ -104,6 +113,7 @@ class StepFill:
             self.warm_cap = max(int(p.warm_share * self.budget), spare)
         else:
             self.warm_cap = int(p.warm_share * self.budget)
+        return decodes
 
     def _allowance(self, cls: int) -> int:
         left = self.budget - self.used
