@@ -8,6 +8,7 @@ from inference.request import ContractTargets, Tier
 from inference.scheduler import LaserPolicyConfig, LinearCost
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.reserve import HotReserve, SlidingPeak
+from inference.sequence import SequenceStatus
 from tests.inference.factories import make_request, make_scheduler, step
 
 OFF = LaserPolicyConfig.none()
@@ -97,6 +98,43 @@ def test_prefill_chunk_shrinks_to_keep_the_warm_rate_floor():
         plan = step(sched, 1.0)
         chunk = next(s for s in plan.scheduled if s.seq_id == "c-0")
         assert chunk.num_tokens == expect
+
+
+def test_cold_decodes_sit_out_while_hot_ttft_slack_is_short():
+    for ttft, cold_runs in ((0.09, False), (0.5, True)):
+        sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=32,
+                      long_prefill_chunk=16)
+        sched.add(make_request("c", 4, max_tokens=20, tier=Tier.COLD, deadline=1e6), 0.0)
+        step(sched, 0.0)  # cold prefilled, now decoding
+        sched.add(make_request("h", 64, max_tokens=2, targets=ContractTargets(ttft_p99_s=ttft),
+                               salt="h", arrival=1.0), 1.0)
+        plan = step(sched, 1.0)
+        assert ("c-0" in ids(plan)) is cold_runs and "h-0" in ids(plan)
+        assert sched.seqs["c-0"].status is SequenceStatus.RUNNING  # paused, not preempted
+
+
+class AttentionCost(LinearCost):
+    """1 ms a token plus 0.1 ms per token of cached context a prefill chunk attends to."""
+
+    def prefill_attn_s(self, start: int, num_tokens: int) -> float:
+        return 1e-4 * num_tokens * start
+
+
+def test_prefill_chunk_shrinks_when_its_attention_would_break_the_tbt_cap():
+    # 0.8 x 50 ms = 40 ms: 30 tokens (29 beside the hot decode) without attention; with it,
+    # a chunk over 34 cached tokens costs 4.4 ms a token: 29 shrinks by quarters to 6.
+    hot = ContractTargets(tbt_p99_s=0.05)
+    for cost, cached, expect in ((COST, 57, 29), (AttentionCost(0.01, 0.001), 34, 6)):
+        sched = laser(replace(OFF, chunking_enabled=True), cost=cost, num_blocks=128,
+                      max_num_batched_tokens=32, long_prefill_chunk=32)
+        sched.add(make_request("h", 4, max_tokens=50, targets=hot), 0.0)
+        sched.add(make_request("c", 100, max_tokens=2, tier=Tier.COLD, deadline=1e6,
+                               salt="c"), 0.0)
+        step(sched, 0.0)
+        step(sched, 1.0)  # c now has cached context: its next chunk attends to it
+        start = sched.seqs["c-0"].num_computed_tokens
+        chunk = next(s for s in step(sched, 2.0).scheduled if s.seq_id == "c-0")
+        assert start == cached and chunk.num_tokens == expect
 
 
 def test_hot_prefill_goes_by_ttft_deadline_not_arrival():
