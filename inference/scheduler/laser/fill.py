@@ -68,11 +68,16 @@ class StepFill:
         groups: list[list] = [[], [], [], []]
         for k, q in prefills:
             groups[k[0]].append((k, q, False))
+        running = [len(g) for g in groups]  # running prefills per class
         for k, q in waiting:
             groups[k[0]].append((k, q, True))
+        seats = self.s.config.max_num_seqs
         for cls, group in enumerate(groups):
             if not group or cls in self._spent or self._allowance(cls) <= 0:
                 continue
+            if cls > 1 and not running[cls] and (self._admit_closed
+                                                 or len(self.s.running) >= seats):
+                continue  # only waiting requests that could not be admitted: skip the sort
             group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
             yield group
 
