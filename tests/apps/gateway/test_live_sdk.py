@@ -62,8 +62,8 @@ def test_n_choices_streamed_and_whole(laser_server, tiny_engine, key):
     whole = client.chat.completions.create(model=MODEL, messages=HI, n=3, max_tokens=8,
                                            temperature=1.0, seed=7)
     assert sorted(c.index for c in whole.choices) == [0, 1, 2]
-    assert all(c.message.content and c.finish_reason in ("stop", "length")
-               for c in whole.choices)
+    # Sampling may pick a stop token early; greedy (below) never does with this model.
+    assert all(c.finish_reason in ("stop", "length") for c in whole.choices)
     assert 3 <= whole.usage.completion_tokens <= 24
 
     stream = client.chat.completions.create(model=MODEL, messages=HI, n=2, max_tokens=6,

@@ -1,0 +1,255 @@
+"""Added latency of the gateway over calling the engine directly (issue 6).
+
+    .venv/bin/python bench/gateway_overhead.py [--streams 1,50] [--tokens 16] [--rounds 2]
+
+One process, one engine (the bundled SmolLM2 unless ``--model``), the same greedy requests two
+ways, in rounds of alternating order after a one-token warm-up round through both:
+
+- direct: ``AsyncEngine.generate()`` awaited on this process's event loop;
+- gateway: ``POST /v1/chat/completions`` with ``stream: true`` over HTTP (httpx) to uvicorn
+  serving Laser on a thread of this process (the embedded layout: SQLite, in-process limits,
+  SLO reports written), API key, admission, SSE framing and all.
+
+Per request, TTFT as the caller sees it (start of the call -> first token); per token, the
+delivery delay: when the caller got the token minus the engine's timestamp for it. On the gateway
+side the engine timestamps come from a thin wrapper around the engine client that records each
+delta's ``token_times`` (a chunk k is delta k). Added = gateway - direct at the same percentile.
+Writes ``bench/out/gateway_overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "bench" / "out" / "gateway_overhead.json"
+# Prompts that make SmolLM2 answer at length (max_tokens ends them; EOS rarely does).
+PROMPTS = [
+    "Count from 1 to 200, separated by commas.",
+    "Write a long story about a lighthouse keeper and a storm.",
+    "Explain in detail how a steam engine works, step by step.",
+    "List 100 animals, one per line.",
+    "Describe the history of Rome from its founding to the fall of the Western Empire.",
+    "Write a detailed recipe for bread, with every step explained.",
+    "Explain how the internet works, from cables to web pages, in detail.",
+    "Write a poem of at least forty lines about the sea.",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def write_report(path: Path, args: argparse.Namespace, results: dict) -> None:
+    """``results`` with the arguments, the date and the CPU count, as JSON at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(json.dumps({"args": vars(args), "date": stamp, "cpus": os.cpu_count(),
+                                "results": results}, indent=2))
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+def setup_embedded_django(var_dir: str, model: str | None, max_num_seqs: int) -> dict:
+    """Django on a fresh SQLite under ``var_dir`` (the embedded layout), a demo tenant with
+    default contracts and a key, and a started engine; returns them in a dict."""
+    for name in ("DATABASE_URL", "REDIS_URL", "LASER_ENGINE_MODE"):
+        os.environ.pop(name, None)
+    os.environ.update(LASER_VAR_DIR=var_dir, DJANGO_SETTINGS_MODULE="laser_platform.settings")
+    import django
+
+    django.setup()
+    from dataclasses import replace
+
+    from django.core.management import call_command
+
+    from apps.gateway.engine import build_async_engine, engine_config
+    from apps.slo.selectors import contract_for
+    from apps.slo.services import contracts_ensure_defaults
+    from apps.tenants.services import api_key_create, tenant_create
+
+    call_command("migrate", verbosity=0)
+    tenant = tenant_create(name="Bench", slug="bench")
+    contracts_ensure_defaults(tenant=tenant)
+    key, plaintext = api_key_create(tenant=tenant, default_tier="hot")
+    config = replace(engine_config(), max_num_seqs=max_num_seqs,
+                     **({"model": model} if model else {}))
+    engine = build_async_engine(config)
+    engine.start(wait=True)
+    return {"tenant": tenant, "key": key, "plaintext": plaintext, "engine": engine,
+            "contract": contract_for(tenant=tenant, tier="hot")}
+
+
+class Recorder:
+    """The engine client the gateway uses: the real one, plus each delta's engine timestamp."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tokenizer = engine.engine.tokenizer
+        self.times: dict[str, list[float]] = defaultdict(list)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine.ready
+
+    async def stats(self) -> Any:
+        return await self.engine.stats()
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    async def generate(self, request: Any) -> Any:
+        return self._tap(request.request_id, await self.engine.generate(request))
+
+    async def _tap(self, request_id: str, stream: Any):
+        try:
+            async for delta in stream:
+                self.times[request_id].append(delta.token_times[-1])
+                yield delta
+        finally:
+            await stream.aclose()
+
+
+def body(prompt: str, tokens: int) -> dict:
+    return {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": tokens, "temperature": 0, "stream": True}
+
+
+async def direct_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None, list[float]]:
+    from apps.gateway.params import parse_chat_request
+
+    parsed = parse_chat_request(body(prompt, tokens), tenant=ctx["tenant"], api_key=ctx["key"],
+                                contract=ctx["contract"])
+    t0, ttft, delays = time.time(), None, []
+    stream = await ctx["engine"].generate(parsed.engine_request)
+    async for delta in stream:
+        now = time.time()
+        ttft = now - t0 if ttft is None and delta.token_ids else ttft
+        delays.append(now - delta.token_times[-1])
+    return ttft, delays
+
+
+async def gateway_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None, list[float]]:
+    t0, ttft, arrivals, request_id = time.time(), None, [], ""
+    async with ctx["http"].stream("POST", "/v1/chat/completions",
+                                  json=body(prompt, tokens)) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            now, chunk = time.time(), json.loads(line[6:])
+            if chunk["choices"]:
+                request_id = chunk["id"]
+                ttft = now - t0 if ttft is None else ttft
+                arrivals.append(now)
+    stamps = ctx["recorder"].times.pop(request_id, [])
+    return ttft, [a - s for a, s in zip(arrivals, stamps, strict=True)]
+
+
+async def run_round(ctx: dict, path: str, streams: int, tokens: int, offset: int) -> list:
+    one = direct_one if path == "direct" else gateway_one
+    prompts = [PROMPTS[(offset + i) % len(PROMPTS)] for i in range(streams)]
+    return await asyncio.gather(*(one(ctx, p, tokens) for p in prompts))
+
+
+async def measure(ctx: dict, streams: int, tokens: int, rounds: int) -> dict:
+    samples: dict[str, dict[str, list[float]]] = {
+        p: {"ttft": [], "delay": []} for p in ("direct", "gateway")}
+    for path in ("direct", "gateway"):  # warm-up: both paths find the prompts cached alike
+        await run_round(ctx, path, streams, 1, 0)
+    for r in range(rounds):
+        order = ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct")
+        for path in order:
+            t0 = time.perf_counter()
+            for ttft, delays in await run_round(ctx, path, streams, tokens, 0):
+                samples[path]["ttft"] += [ttft] if ttft is not None else []
+                samples[path]["delay"] += delays
+            print(f"  {streams} streams, round {r + 1}/{rounds}, {path}: "
+                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return summarise(samples)
+
+
+def summarise(samples: dict) -> dict:
+    out: dict[str, Any] = {}
+    for metric in ("ttft", "delay"):
+        for q in (50, 99):
+            d = percentile(samples["direct"][metric], q) * 1000
+            g = percentile(samples["gateway"][metric], q) * 1000
+            out[f"{metric}_p{q}"] = {"direct_ms": d, "gateway_ms": g, "added_ms": g - d,
+                                     "ratio": g / d if d > 0 else None}
+        out[f"{metric}_samples"] = len(samples["gateway"][metric])
+    return out
+
+
+def print_table(results: dict) -> None:
+    print(f"{'streams':>7} {'metric':<16}{'direct ms':>11}{'gateway ms':>12}{'added ms':>10}"
+          f"{'ratio':>8}{'n':>7}")
+    for streams, rows in results.items():
+        for metric in ("ttft", "delay"):
+            for q in (50, 99):
+                r = rows[f"{metric}_p{q}"]
+                ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+                name = "TTFT" if metric == "ttft" else "token delivery"
+                print(f"{streams:>7} {name + f' p{q}':<16}{r['direct_ms']:>11.2f}"
+                      f"{r['gateway_ms']:>12.2f}{r['added_ms']:>10.2f}{ratio:>8}"
+                      f"{rows[f'{metric}_samples']:>7}")
+
+
+async def bench(args: argparse.Namespace, ctx: dict) -> dict:
+    import httpx
+
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(base_url=ctx["url"], limits=limits, timeout=600,
+                                 headers={"Authorization": f"Bearer {ctx['plaintext']}"}) as http:
+        ctx["http"] = http
+        results = {}
+        for streams in args.streams:
+            rounds = args.rounds if streams > 1 else args.rounds * args.single_factor
+            results[streams] = await measure(ctx, streams, args.tokens, rounds)
+        return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1,50",
+                        type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--tokens", type=int, default=16, help="max_tokens per request")
+    parser.add_argument("--rounds", type=int, default=2, help="measured rounds per path")
+    parser.add_argument("--single-factor", type=int, default=4,
+                        help="rounds multiplier at 1 stream (more samples for its p99)")
+    parser.add_argument("--model", default=None, help="GGUF path (default: bundled SmolLM2)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as var_dir:
+        ctx = setup_embedded_django(var_dir, args.model, max_num_seqs=max(args.streams) + 14)
+        from apps.gateway.engine import set_engine_client
+        from tests.apps.gateway.live import LiveServer
+
+        ctx["recorder"] = Recorder(ctx["engine"])
+        set_engine_client(ctx["recorder"])
+        server = LiveServer()
+        ctx["url"] = server.start()
+        try:
+            results = asyncio.run(bench(args, ctx))
+        finally:
+            server.stop()
+            ctx["engine"].stop()
+    print_table(results)
+    write_report(OUT, args, results)
+
+
+if __name__ == "__main__":
+    main()
