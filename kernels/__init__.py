@@ -13,6 +13,7 @@ from kernels.cpu_allocator import tune_cpu_allocator
 from kernels.decode_attention import paged_decode_attention
 from kernels.dispatch import backend, use_triton
 from kernels.kv_cache import write_kv
+from kernels.linear import linear, pack_linear_weight
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
@@ -20,6 +21,8 @@ from kernels.rotary import build_cos_sin_cache, rotary_embedding
 __all__ = [
     "backend",
     "build_cos_sin_cache",
+    "linear",
+    "pack_linear_weight",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",

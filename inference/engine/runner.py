@@ -61,6 +61,8 @@ class ModelRunner:
         self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, dtype=dtype,
                                                   device=self.device)
         self._pin = self.device.type == "cuda"
+        if self.device.type == "cpu" and hasattr(model, "pack_linears"):
+            model.pack_linears()  # oneDNN-packed weights: 1.2-3x faster CPU matmuls
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:

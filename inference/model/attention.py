@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import kernels
@@ -34,13 +33,15 @@ class Attention(nn.Module):
                          if config.attention_bias else None)
         self.o_weight = nn.Parameter(torch.empty(config.hidden_size, self.q_size),
                                      requires_grad=False)
+        self.qkv_packed: torch.Tensor | None = None  # see LlamaModel.pack_linears
+        self.o_packed: torch.Tensor | None = None
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, cos_sin_cache: torch.Tensor,
                 kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> torch.Tensor:
         """`hidden` `[T, hidden]` -> `[T, hidden]`; writes this step's K/V into `kv_cache`."""
         num_tokens = hidden.shape[0]
-        qkv = F.linear(hidden, self.qkv_weight, self.qkv_bias)
+        qkv = kernels.linear(hidden, self.qkv_weight, self.qkv_packed, self.qkv_bias)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)      # [T, H, D]
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, KVH, D]
@@ -54,4 +55,4 @@ class Attention(nn.Module):
         else:
             out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                                   meta.query_start_loc, meta.seq_lens, self.scale)
-        return F.linear(out.reshape(num_tokens, self.q_size), self.o_weight)
+        return kernels.linear(out.reshape(num_tokens, self.q_size), self.o_weight, self.o_packed)

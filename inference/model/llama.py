@@ -33,6 +33,8 @@ class DecoderLayer(nn.Module):
         self.gate_up_weight = _param(2 * config.intermediate_size, config.hidden_size)
         self.down_weight = _param(config.hidden_size, config.intermediate_size)
         self.cos_sin_cache: torch.Tensor | None = None  # shared with the model, set by it
+        self.gate_up_packed: torch.Tensor | None = None  # see LlamaModel.pack_linears
+        self.down_packed: torch.Tensor | None = None
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
@@ -45,8 +47,9 @@ class DecoderLayer(nn.Module):
             hidden, residual = kernels.rms_norm(hidden, self.input_norm, self.eps, residual)
         hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta)
         hidden, residual = kernels.rms_norm(hidden, self.post_attn_norm, self.eps, residual)
-        hidden = kernels.silu_and_mul(F.linear(hidden, self.gate_up_weight))
-        return F.linear(hidden, self.down_weight), residual
+        hidden = kernels.silu_and_mul(kernels.linear(hidden, self.gate_up_weight,
+                                                     self.gate_up_packed))
+        return kernels.linear(hidden, self.down_weight, self.down_packed), residual
 
 
 class LlamaModel(nn.Module):
@@ -66,6 +69,20 @@ class LlamaModel(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else _param(config.vocab_size,
                                                                       config.hidden_size)
         self.cos_sin_cache: torch.Tensor | None = None
+        self.lm_head_packed: torch.Tensor | None = None
+
+    def pack_linears(self) -> bool:
+        """Keep a packed copy of every projection and the LM head for ``kernels.linear``
+        (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed."""
+        for layer in self.layers:
+            attn = layer.attn
+            attn.qkv_packed = kernels.pack_linear_weight(attn.qkv_weight)
+            attn.o_packed = kernels.pack_linear_weight(attn.o_weight)
+            layer.gate_up_packed = kernels.pack_linear_weight(layer.gate_up_weight)
+            layer.down_packed = kernels.pack_linear_weight(layer.down_weight)
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        self.lm_head_packed = kernels.pack_linear_weight(head)
+        return self.lm_head_packed is not None
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
         """(Re)build the rotary cache on `device`; call after the weights are in place."""
@@ -91,7 +108,7 @@ class LlamaModel(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled."""
         weight = self.embed_tokens if self.lm_head is None else self.lm_head
-        return F.linear(hidden, weight)
+        return kernels.linear(hidden, weight, self.lm_head_packed)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],

@@ -1,0 +1,62 @@
+"""kernels.linear: the oneDNN-packed CPU path equals F.linear; the fallbacks take over cleanly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from tests.kernels.paged import rel_err
+
+
+@pytest.mark.parametrize("rows", [1, 7, 16, 300])
+@pytest.mark.parametrize("shape", [(96, 64), (49, 33), (3072, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_equals_f_linear(rows, shape, bias):
+    gen = torch.Generator().manual_seed(rows * 7 + shape[0])
+    weight = torch.randn(shape, generator=gen)
+    b = torch.randn(shape[0], generator=gen) if bias else None
+    x = torch.randn(rows, shape[1], generator=gen)
+    packed = kernels.pack_linear_weight(weight)
+    if not torch.backends.mkldnn.is_available():
+        assert packed is None
+    out = kernels.linear(x, weight, packed, b)
+    assert out.shape == (rows, shape[0])
+    assert rel_err(out, F.linear(x, weight, b)) <= 1e-5
+
+
+def test_reference_backend_does_not_pack(monkeypatch):
+    monkeypatch.setenv("LASER_KERNELS", "reference")
+    assert kernels.pack_linear_weight(torch.randn(8, 4)) is None
+
+
+def test_unpackable_weights_fall_back():
+    assert kernels.pack_linear_weight(torch.randn(8, 4, dtype=torch.float64)) is None
+    assert kernels.pack_linear_weight(torch.randn(8)) is None
+    x, w = torch.randn(3, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
+    torch.testing.assert_close(kernels.linear(x, w, None), F.linear(x, w))
+
+
+def _unpack(model) -> None:
+    for layer in model.layers:
+        layer.attn.qkv_packed = layer.attn.o_packed = None
+        layer.gate_up_packed = layer.down_packed = None
+    model.lm_head_packed = None
+
+
+def test_model_pack_linears_keeps_logits():
+    from inference.model import AttentionMetadata
+    from tests.inference.engine.helpers import tiny_loaded
+
+    model = tiny_loaded(seed=1).model
+    ids = torch.tensor([5, 9, 17, 3, 40, 2])
+    meta = AttentionMetadata.build([[0, 1]], [6], [6], 4)
+    _unpack(model)  # the cached tiny model may have been packed by an engine test
+    with torch.inference_mode():
+        plain = model.compute_logits(model(ids, torch.arange(6), model.allocate_kv_caches(2, 4),
+                                           meta))
+        assert model.pack_linears() == torch.backends.mkldnn.is_available()
+        packed = model.compute_logits(model(ids, torch.arange(6),
+                                            model.allocate_kv_caches(2, 4), meta))
+    assert rel_err(packed, plain) <= 1e-5
