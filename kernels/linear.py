@@ -5,7 +5,8 @@ a GEMM that re-packs the weight on every call; oneDNN can keep the weight in its
 once and for all. Measured on the development CPU (``bench/cpu_linear.py``, 1 thread, float32,
 busy machine): 1.8-3.3x faster for SmolLM2's gate-up, down and LM-head shapes at 7-64 rows,
 about even at 1 and 300 rows, and slower (0.5-0.9x) for the small 576 x 576 O projection at some
-row counts; a whole 16-sequence decode step took 1.6x less CPU time. Results equal ``F.linear`` up to float32 summation order.
+row counts; a whole 16-sequence decode step took 1.6x less CPU time. Results equal
+``F.linear`` up to float32 summation order.
 
 The engine packs a model's weights once (``LlamaModel.pack_linears``); each call then passes
 the packed copy beside the plain weight, and ``linear`` falls back to ``F.linear`` wherever no
