@@ -37,6 +37,27 @@ def block_index(
     return tables.reshape(-1), valid, (~valid).view(-1).nonzero().squeeze(1)
 
 
+_last_index: list = [None]  # (block_tables, seq_lens, key, result) of the latest call
+
+
+def cached_block_index(
+    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``block_index`` computed once for the same tensors: every layer of a step passes the
+    same block tables and lengths. The entry holds strong references to both tensors, so
+    their ids cannot be reused while it lives, and checks their version counters against
+    in-place changes (inference-mode tensors have none: those are not cached)."""
+    if block_tables.is_inference() or seq_lens.is_inference():
+        return block_index(block_tables, seq_lens, max_len, block_size)
+    key = (block_tables._version, seq_lens._version, max_len, block_size)
+    hit = _last_index[0]
+    if hit is not None and hit[0] is block_tables and hit[1] is seq_lens and hit[2] == key:
+        return hit[3]
+    result = block_index(block_tables, seq_lens, max_len, block_size)
+    _last_index[0] = (block_tables, seq_lens, key, result)
+    return result
+
+
 def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor,
                 num_seqs: int) -> torch.Tensor:
     """The cache rows of ``block_index``'s blocks as a heads-first view ``[num_seqs,
@@ -71,7 +92,8 @@ def paged_decode_attention_reference(
 ) -> torch.Tensor:
     """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`."""
     max_len = int(seq_lens.max())
-    blocks, valid, invalid = block_index(block_tables, seq_lens, max_len, k_cache.shape[1])
+    blocks, valid, invalid = cached_block_index(block_tables, seq_lens, max_len,
+                                                k_cache.shape[1])
     k = gather_rows(k_cache, blocks, invalid, q.shape[0])  # [S, KVH, P, D]
     v = gather_rows(v_cache, blocks, invalid, q.shape[0])
     qs = q[:, :, None, :]  # [S, H, 1, D]: the heads of a KV group share its K/V (enable_gqa)

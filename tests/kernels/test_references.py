@@ -120,3 +120,17 @@ def test_write_kv_reference_skips_padding():
     torch.testing.assert_close(k_cache[2, 1], key[0])
     torch.testing.assert_close(v_cache[0, 2], value[2])
     assert int((k_cache != 0).any(-1).any(-1).sum()) == 2  # the padded token went nowhere
+
+
+def test_decode_reference_reuses_its_index_only_for_unchanged_tensors():
+    """Layers of one step share the block index; an in-place change must not reuse it."""
+    k_cache, v_cache, tables = make_paged([20, 33], 16, 3, 64)
+    q = torch.randn(2, 9, 64)
+    lens = torch.tensor([20, 33], dtype=torch.int32)
+    first = paged_decode_attention_reference(q, k_cache, v_cache, tables, lens, 0.125)
+    again = paged_decode_attention_reference(q, k_cache, v_cache, tables, lens, 0.125)
+    torch.testing.assert_close(again, first)
+    lens[1] = 17  # shorter: the cached index would read past it
+    out = paged_decode_attention_reference(q, k_cache, v_cache, tables, lens, 0.125)
+    k, v = dense_kv(k_cache, tables[1], 17), dense_kv(v_cache, tables[1], 17)
+    assert rel_err(out[1:], dense_attention(q[1:], k, v, 0.125)) <= 1e-5
