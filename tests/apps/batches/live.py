@@ -1,13 +1,18 @@
-"""Real processes for the end-to-end batch tests: a web front end (``manage.py serve`` with
+"""Real processes for the end-to-end batch tests.
+
+Production layout (``shared_env``): a web front end (``manage.py serve`` with
 ``LASER_EMBEDDED=0``, uvicorn on a free port) and Celery workers (``celery -A laser_platform
 worker``), all on the test's PostgreSQL database and a Redis broker under a key prefix of their
-own, so that other runs sharing the Redis server never see their tasks.
+own, so that other runs sharing the Redis server never see their tasks. Each worker holds its
+own in-process engine with the bundled SmolLM2.
 
-Each worker holds its own in-process engine (embedded mode) with the bundled SmolLM2.
+Embedded layout (``embedded_env``): one ``manage.py serve`` process with the engine and the
+worker thread, SQLite and the in-memory broker under a private ``LASER_VAR_DIR``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -32,19 +37,36 @@ def database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+def shared_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": os.environ["REDIS_URL"],
+            "LASER_CELERY_KEY_PREFIX": f"laser-test-{secrets.token_hex(4)}:",
+            "LASER_EMBEDDED": "0", "LASER_BATCH_EMBEDDED_WORKER": "0", **_common(), **extra}
+
+
+def embedded_env(var_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "LASER_EMBEDDED")}
+    return {**env, "LASER_VAR_DIR": str(var_dir), **_common(), **extra}
+
+
+def _common() -> dict[str, str]:
+    return {"LASER_DEVICE": "cpu", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+
 class LiveStack:
     """Start with ``server()`` and ``worker()``; ``close()`` kills whatever is still running."""
 
-    def __init__(self, logs: Path, **env: str) -> None:
-        self.logs = logs
-        self.env = {
-            **os.environ, "DATABASE_URL": database_url(), "REDIS_URL": os.environ["REDIS_URL"],
-            "LASER_CELERY_KEY_PREFIX": f"laser-test-{secrets.token_hex(4)}:",
-            "LASER_EMBEDDED": "0", "LASER_BATCH_EMBEDDED_WORKER": "0", "LASER_DEVICE": "cpu",
-            "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **env,
-        }
+    def __init__(self, logs: Path, env: dict[str, str]) -> None:
+        self.logs, self.env = logs, env
         self.procs: list[subprocess.Popen] = []
         self.url = ""
+
+    def manage(self, *argv: str) -> str:
+        """Run a ``manage.py`` command to its end; its output."""
+        done = subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
 
     def _spawn(self, name: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
         log = self.logs / f"{name}.log"
@@ -54,11 +76,11 @@ class LiveStack:
         self.procs.append(proc)
         return proc, log
 
-    def server(self) -> str:
+    def server(self, name: str = "server") -> subprocess.Popen:
         argv = [sys.executable, "manage.py", "serve", "--port", "0", "--log-level", "warning"]
-        proc, log = self._spawn("server", argv)
+        proc, log = self._spawn(name, argv)
         self.url = _wait_for(proc, log, r"serving on (http://\S+)")
-        return self.url
+        return proc
 
     def worker(self, name: str) -> subprocess.Popen:
         """A solo-pool worker (one process: SIGKILL takes the worker and its engine)."""
@@ -78,6 +100,22 @@ class LiveStack:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def tiny_line(i: int) -> dict:
+    """A /v1/completions line with little model work (a 1-3 token prompt, 2 tokens out): for
+    tests of the batch machinery, which must run in about a minute on 2 CPU cores."""
+    from django.conf import settings
+
+    return {"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/completions",
+            "body": {"model": settings.LASER_SERVED_MODEL_ID, "prompt": str(i), "max_tokens": 2,
+                     "temperature": 0}}
+
+
+def output_ids(client: openai.OpenAI, batch) -> list[str]:
+    """The custom_ids of a finished batch's output file, in file order."""
+    text = client.files.content(batch.output_file_id).text
+    return [json.loads(x)["custom_id"] for x in text.splitlines()]
 
 
 def _wait_for(proc: subprocess.Popen, log: Path, pattern: str, timeout: float = 60) -> str:

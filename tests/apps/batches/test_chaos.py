@@ -4,14 +4,19 @@ exactly 200 lines, each custom_id once."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 
 import pytest
 
 from tests.apps.batches.conftest import jsonl
-from tests.apps.batches.live import LiveStack, wait_batch
+from tests.apps.batches.live import (
+    LiveStack,
+    output_ids,
+    shared_env,
+    tiny_line,
+    wait_batch,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis,
               pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
@@ -24,27 +29,17 @@ FAST_REDELIVERY = {
 }
 
 
-def _line(i: int) -> dict:
-    """A line with little model work (a 1-3 token prompt, 2 tokens out): the machinery under
-    test is the batch's, and the whole test must run in about a minute on 2 CPU cores."""
-    from django.conf import settings
-
-    return {"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/completions",
-            "body": {"model": settings.LASER_SERVED_MODEL_ID, "prompt": str(i), "max_tokens": 2,
-                     "temperature": 0}}
-
-
 def _chunks(log: str, event: str) -> set[str]:
     return set(re.findall(rf"Task batches\.chunk\[([\w-]+)\] {event}", log))
 
 
 def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
-    stack = LiveStack(tmp_path, **FAST_REDELIVERY)
+    stack = LiveStack(tmp_path, shared_env(**FAST_REDELIVERY))
     try:
         stack.server()
         first = stack.worker("first")
         client = stack.client(cold.raw)
-        rows = [_line(i) for i in range(LINES)]
+        rows = [tiny_line(i) for i in range(LINES)]
         uploaded = client.files.create(file=("in.jsonl", jsonl(rows)), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, completion_window="24h",
                                       endpoint="/v1/completions")
@@ -63,8 +58,7 @@ def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
         assert done.status == "completed", done
         assert (done.request_counts.completed, done.request_counts.failed) == (LINES, 0)
         assert done.error_file_id is None
-        output = client.files.content(done.output_file_id).text
+        ids = output_ids(client, done)
     finally:
         stack.close()
-    ids = [json.loads(x)["custom_id"] for x in output.splitlines()]
     assert len(ids) == LINES and set(ids) == {f"doc-{i}" for i in range(LINES)}

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.apps.batches.conftest import chat_line, jsonl
-from tests.apps.batches.live import LiveStack, wait_batch
+from tests.apps.batches.live import LiveStack, shared_env, wait_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis,
               pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
@@ -22,7 +22,8 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
     with django_db_blocker.unblock():
         # 4 lines in the engine at once: the long lines below then need >= 10 waves of ~120
         # decode steps, so they outlast the short windows on any CPU
-        live = LiveStack(tmp_path_factory.mktemp("live-sdk"), LASER_BATCH_CHUNK_CONCURRENCY="4")
+        live = LiveStack(tmp_path_factory.mktemp("live-sdk"),
+                         shared_env(LASER_BATCH_CHUNK_CONCURRENCY="4"))
     try:
         live.server()
         live.worker("sdk")
