@@ -57,13 +57,14 @@ def test_no_request_waits_past_its_tier_bound(spec):
                                          salt=f"h{k}")) for k in range(300)]
     sched = laser(policy)
     _, finished, _ = run_timed(sched, arrivals, COST)
-    # Once aged, a request queues FCFS with hot: it waits at most for what arrived before
-    # it, each of which needs at most ceil(40 / 16) = 3 steps (a step lasts at most 0.114 s).
+    # A request ages at the first step that starts past its bound (one step, at most 0.114 s,
+    # after it); aged, it queues FCFS with hot: it waits at most for what arrived with or
+    # before it, each of which needs at most ceil(40 / 16) = 3 steps.
     for seq in finished:
         if seq.asked_tier is Tier.HOT or seq.parent_id is not None:
             continue
-        ahead = sum(1 for t, s in arrivals if t < seq.arrival_time)
-        assert seq.first_scheduled_time - seq.arrival_time <= bound + 3 * 0.114 * ahead
+        ahead = sum(1 for t, s in arrivals if t <= seq.arrival_time) - 1
+        assert seq.first_scheduled_time - seq.arrival_time <= bound + 0.114 * (1 + 3 * ahead)
 
 
 @settings(max_examples=20, deadline=None)
