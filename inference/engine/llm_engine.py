@@ -159,10 +159,14 @@ class LLMEngine:
                 return deltas
             batch = self.runner.prepare(plan, self.scheduler.seqs)
             rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
+        t_run = time.perf_counter()
         logits = self.runner.execute(batch)
         out = self.sampler.sample(logits, rows)
+        run_s = time.perf_counter() - t_run
         with self._lock:
             now = time.time()
+            # the policy's cost model learns this machine's step time from every real step
+            self.scheduler.observe_step(plan.num_batched_tokens, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
             deltas += new

@@ -188,3 +188,14 @@ def test_stats_report_usage_and_fragmentation():
     assert s.kv_fragmentation == pytest.approx(3 / 8)
     assert s.tokens_per_s > 0 and s.num_steps == 1
     assert engine.stats().to_dict()["used_blocks"] == 2
+
+
+def test_laser_policy_learns_step_time_from_real_steps():
+    engine = make_engine(policy="laser")
+    cost = engine.scheduler.cost
+    prior = (cost.base, cost.per_token)
+    engine.add_request(request("a", prompt_ids(12), 6))
+    engine.add_request(request("b", prompt_ids(5, 2), 6))
+    run(engine)
+    assert cost._n >= 6  # one observation per step that ran the model
+    assert (cost.base, cost.per_token) != prior
