@@ -87,7 +87,9 @@ async def bench(url: str, key: str, args: argparse.Namespace) -> dict:
     rows: dict[int, list[dict]] = {1: [], args.streams: []}
     for r in range(args.rounds):
         for streams in (1, args.streams):
-            rows[streams].append(await run_round(client, streams, args.tokens, r))
+            rows[streams].append(row := await run_round(client, streams, args.tokens, r))
+            print(f"  round {r + 1}/{args.rounds}, {streams} streams: {row['tokens']} tokens in "
+                  f"{row['wall_s']:.1f} s", file=sys.stderr, flush=True)
     await client.close()
     return {n: summarise(rounds) for n, rounds in rows.items()}
 

@@ -6,9 +6,10 @@ One process, one engine (the bundled SmolLM2 unless ``--model``), the same greed
 ways, in rounds of alternating order after a one-token warm-up round through both:
 
 - direct: ``AsyncEngine.generate()`` awaited on this process's event loop;
-- gateway: ``POST /v1/chat/completions`` with ``stream: true`` over HTTP (httpx) to uvicorn
-  serving Laser on a thread of this process (the embedded layout: SQLite, in-process limits,
-  SLO reports written), API key, admission, SSE framing and all.
+- gateway: ``POST /v1/chat/completions`` with ``stream: true`` over HTTP to uvicorn serving
+  Laser on a thread of this process (the embedded layout: SQLite, in-process limits, SLO
+  reports written), API key, admission, SSE framing and all; the httpx client runs in a child
+  process (``gateway_overhead.py client``), so its parsing does not share this process's GIL.
 
 Per request, TTFT as the caller sees it (start of the call -> first token); per token, the
 delivery delay: when the caller got the token minus the engine's timestamp for it. On the gateway
@@ -144,26 +145,55 @@ async def direct_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None,
     return ttft, delays
 
 
-async def gateway_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None, list[float]]:
-    t0, ttft, arrivals, request_id = time.time(), None, [], ""
-    async with ctx["http"].stream("POST", "/v1/chat/completions",
-                                  json=body(prompt, tokens)) as response:
+async def client_stream(http: Any, prompt: str, tokens: int) -> dict:
+    """One streamed request: its id, when it was sent and when each chunk arrived."""
+    t0, arrivals, request_id = time.time(), [], ""
+    async with http.stream("POST", "/v1/chat/completions", json=body(prompt, tokens)) as response:
         async for line in response.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            now, chunk = time.time(), json.loads(line[6:])
-            if chunk["choices"]:
-                request_id = chunk["id"]
-                ttft = now - t0 if ttft is None else ttft
-                arrivals.append(now)
-    stamps = ctx["recorder"].times.pop(request_id, [])
-    return ttft, [a - s for a, s in zip(arrivals, stamps, strict=True)]
+            if line.startswith("data: {"):
+                now, chunk = time.time(), json.loads(line[6:])
+                if chunk["choices"]:
+                    request_id = chunk["id"]
+                    arrivals.append(now)
+    return {"id": request_id, "t0": t0, "arrivals": arrivals}
+
+
+async def client_round(job: dict) -> list[dict]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    async with httpx.AsyncClient(base_url=job["url"], limits=limits, timeout=900, headers={
+            "Authorization": f"Bearer {job['key']}"}) as http:
+        return await asyncio.gather(*(client_stream(http, p, job["tokens"])
+                                      for p in job["prompts"]))
+
+
+def client_main() -> None:
+    """``gateway_overhead.py client``: run one round of streams from the JSON job on stdin and
+    print what arrived when (the gateway's client lives in its own process, as it would)."""
+    print(json.dumps(asyncio.run(client_round(json.load(sys.stdin)))))
+
+
+async def gateway_round(ctx: dict, prompts: list[str], tokens: int) -> list:
+    job = json.dumps({"url": ctx["url"], "key": ctx["plaintext"], "prompts": prompts,
+                      "tokens": tokens}).encode()
+    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "client",
+                                                stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate(job)
+    rows = []
+    for r in json.loads(out):
+        stamps = ctx["recorder"].times.pop(r["id"], [])
+        ttft = r["arrivals"][0] - r["t0"] if r["arrivals"] else None
+        rows.append((ttft, [a - s for a, s in zip(r["arrivals"], stamps, strict=True)]))
+    return rows
 
 
 async def run_round(ctx: dict, path: str, streams: int, tokens: int, offset: int) -> list:
-    one = direct_one if path == "direct" else gateway_one
     prompts = [PROMPTS[(offset + i) % len(PROMPTS)] for i in range(streams)]
-    return await asyncio.gather(*(one(ctx, p, tokens) for p in prompts))
+    if path == "gateway":
+        return await gateway_round(ctx, prompts, tokens)
+    return await asyncio.gather(*(direct_one(ctx, p, tokens) for p in prompts))
 
 
 async def measure(ctx: dict, streams: int, tokens: int, rounds: int) -> dict:
@@ -210,17 +240,11 @@ def print_table(results: dict) -> None:
 
 
 async def bench(args: argparse.Namespace, ctx: dict) -> dict:
-    import httpx
-
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-    async with httpx.AsyncClient(base_url=ctx["url"], limits=limits, timeout=600,
-                                 headers={"Authorization": f"Bearer {ctx['plaintext']}"}) as http:
-        ctx["http"] = http
-        results = {}
-        for streams in args.streams:
-            rounds = args.rounds if streams > 1 else args.rounds * args.single_factor
-            results[streams] = await measure(ctx, streams, args.tokens, rounds)
-        return results
+    results = {}
+    for streams in args.streams:
+        rounds = args.rounds if streams > 1 else args.rounds * args.single_factor
+        results[streams] = await measure(ctx, streams, args.tokens, rounds)
+    return results
 
 
 def main() -> None:
@@ -232,7 +256,11 @@ def main() -> None:
     parser.add_argument("--single-factor", type=int, default=4,
                         help="rounds multiplier at 1 stream (more samples for its p99)")
     parser.add_argument("--model", default=None, help="GGUF path (default: bundled SmolLM2)")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for this process (seconds; Python's is 0.005)")
     args = parser.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     with tempfile.TemporaryDirectory() as var_dir:
         ctx = setup_embedded_django(var_dir, args.model, max_num_seqs=max(args.streams) + 14)
         from apps.gateway.engine import set_engine_client
@@ -252,4 +280,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    client_main() if sys.argv[1:2] == ["client"] else main()
