@@ -20,8 +20,9 @@ LONG = "Count from 1 to 1000, separated by commas."
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker, tmp_path_factory):
     with django_db_blocker.unblock():
-        # 4 lines in the engine at once: the long lines below then need >= 10 waves of ~120
-        # decode steps, so they outlast the short windows on any CPU
+        # 4 lines in the engine at once: the 80 long lines below (~120 tokens each, greedy) then
+        # need ~2,400 decode steps of a memory-bound 540 MB model, minutes on any CPU, so they
+        # outlast the 20 s window
         live = LiveStack(tmp_path_factory.mktemp("live-sdk"),
                          shared_env(LASER_BATCH_CHUNK_CONCURRENCY="4"))
     try:
@@ -109,7 +110,7 @@ def test_sdk_batch_round_trip_equals_direct_engine_calls(stack, tenant):
 
 def _long_batch(client, window="24h"):
     rows = [chat_line(f"short{i}", "Hi", max_tokens=2) for i in range(2)]
-    rows += [chat_line(f"long{i}", LONG, max_tokens=400, temperature=0) for i in range(40)]
+    rows += [chat_line(f"long{i}", LONG, max_tokens=400, temperature=0) for i in range(80)]
     return _submit(client, rows, window=window)
 
 
@@ -118,7 +119,7 @@ def _check_partial(client, batch, status, code):
     out, errors = _lines(client, batch.output_file_id), _lines(client, batch.error_file_id)
     assert {"short0", "short1"} <= set(out)
     assert errors and {r["error"]["code"] for r in errors.values()} == {code}
-    assert len(out) + len(errors) == batch.request_counts.total == 42
+    assert len(out) + len(errors) == batch.request_counts.total == 82
     assert batch.request_counts.completed == len(out)
 
 
