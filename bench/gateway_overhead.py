@@ -15,7 +15,8 @@ Per request, TTFT as the caller sees it (start of the call -> first token); per 
 delivery delay: when the caller got the token minus the engine's timestamp for it. On the gateway
 side the engine timestamps come from a thin wrapper around the engine client that records each
 delta's ``token_times`` (a chunk k is delta k). Added = gateway - direct at the same percentile.
-Writes ``bench/out/gateway_overhead.json``.
+``--paced-ms N`` swaps the model for a stand-in that gives every stream a token each N ms, to
+isolate the HTTP path. Writes ``bench/out/gateway_overhead.json``.
 """
 
 from __future__ import annotations
@@ -66,9 +67,45 @@ def write_report(path: Path, args: argparse.Namespace, results: dict) -> None:
     print(f"wrote {path.relative_to(ROOT)}")
 
 
-def setup_embedded_django(var_dir: str, model: str | None, max_num_seqs: int) -> dict:
+class PacedEngine:
+    """``--paced-ms``: no model; every stream gets one token per tick, all in the same tick, as
+    a batched decode step delivers them. Isolates what the HTTP path adds."""
+
+    engine = type("NoModel", (), {"tokenizer": None})
+    ready = True
+
+    def __init__(self, tick_s: float) -> None:
+        self.tick_s = tick_s
+
+    async def stats(self) -> Any:
+        from inference.engine.stats import EngineStats
+
+        return EngineStats()
+
+    async def abort(self, request_id: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    async def generate(self, request: Any) -> Any:
+        return self._run(request)
+
+    async def _run(self, request: Any):
+        from inference.request import Delta
+
+        n = request.sampling.max_tokens
+        for i in range(n):
+            await asyncio.sleep(self.tick_s - time.time() % self.tick_s)
+            yield Delta(request.request_id, 0, " w", (100 + i,), (time.time(),), request.tier,
+                        finish_reason="length" if i == n - 1 else None, prompt_tokens=8,
+                        completion_tokens=i + 1)
+
+
+def setup_embedded_django(var_dir: str, model: str | None, max_num_seqs: int,
+                          paced_s: float | None = None) -> dict:
     """Django on a fresh SQLite under ``var_dir`` (the embedded layout), a demo tenant with
-    default contracts and a key, and a started engine; returns them in a dict."""
+    default contracts and a key, and a started engine (or a ``PacedEngine``) in a dict."""
     for name in ("DATABASE_URL", "REDIS_URL", "LASER_ENGINE_MODE"):
         os.environ.pop(name, None)
     os.environ.update(LASER_VAR_DIR=var_dir, DJANGO_SETTINGS_MODULE="laser_platform.settings")
@@ -88,10 +125,13 @@ def setup_embedded_django(var_dir: str, model: str | None, max_num_seqs: int) ->
     tenant = tenant_create(name="Bench", slug="bench")
     contracts_ensure_defaults(tenant=tenant)
     key, plaintext = api_key_create(tenant=tenant, default_tier="hot")
-    config = replace(engine_config(), max_num_seqs=max_num_seqs,
-                     **({"model": model} if model else {}))
-    engine = build_async_engine(config)
-    engine.start(wait=True)
+    if paced_s is not None:
+        engine: Any = PacedEngine(paced_s)
+    else:
+        config = replace(engine_config(), max_num_seqs=max_num_seqs,
+                         **({"model": model} if model else {}))
+        engine = build_async_engine(config)
+        engine.start(wait=True)
     return {"tenant": tenant, "key": key, "plaintext": plaintext, "engine": engine,
             "contract": contract_for(tenant=tenant, tier="hot")}
 
@@ -256,13 +296,16 @@ def main() -> None:
     parser.add_argument("--single-factor", type=int, default=4,
                         help="rounds multiplier at 1 stream (more samples for its p99)")
     parser.add_argument("--model", default=None, help="GGUF path (default: bundled SmolLM2)")
+    parser.add_argument("--paced-ms", type=float, default=None,
+                        help="no model: one token per stream every N ms (the HTTP path alone)")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for this process (seconds; Python's is 0.005)")
     args = parser.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     with tempfile.TemporaryDirectory() as var_dir:
-        ctx = setup_embedded_django(var_dir, args.model, max_num_seqs=max(args.streams) + 14)
+        paced = args.paced_ms / 1000 if args.paced_ms else None
+        ctx = setup_embedded_django(var_dir, args.model, max(args.streams) + 14, paced)
         from apps.gateway.engine import set_engine_client
         from tests.apps.gateway.live import LiveServer
 
