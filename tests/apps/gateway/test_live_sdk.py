@@ -97,6 +97,10 @@ async def test_async_sdk_service_tier_echoed_in_response_chunks_and_header(laser
         tiers = {c.service_tier async for c in parsed} if stream else {parsed.service_tier}
         return tiers, raw.headers["X-Laser-Tier"]
 
+    # One request first: it writes the key's last_used_at, which SQLite's shared-cache test
+    # database would otherwise lock against the concurrent readers below (a file database in
+    # WAL mode, as served, lets readers through).
+    assert await ask(None, False) == ({"priority"}, "hot")
     got = await asyncio.gather(*(ask(t, s) for t, _, _ in TIERS for s in (False, True)))
     want = [({echo}, header) for _, echo, header in TIERS for _ in (False, True)]
     assert got == want
