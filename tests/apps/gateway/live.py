@@ -49,7 +49,8 @@ def start_engine(model: str | None, **overrides: Any) -> Any:
 
     values: dict[str, Any] = {"model": model, "device": "cpu", "kv_memory_mb": 64.0,
                               "max_model_len": MAX_MODEL_LEN if model else 2048,
-                              "max_num_batched_tokens": 512, "max_num_seqs": 32}
+                              "max_num_batched_tokens": 512, "max_num_seqs": 32,
+                              "num_threads": 1}  # two torch threads crawl on a busy 2-core box
     config = EngineConfig(**{**values, **overrides})
     # A test model is loaded without the on-disk weight cache (nothing left under var/models).
     loaded = load_model(model, use_cache=False) if model else None
@@ -129,7 +130,7 @@ class EngineWorkers:
                if not k.startswith("LASER_") and k != "DATABASE_URL"}
         env.update(settings, LASER_MODEL=str(model), LASER_ENGINE_CHANNEL=channel,
                    LASER_VAR_DIR=str(logs), LASER_MODEL_CACHE=str(logs / "models"),
-                   LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16",
+                   LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16", LASER_THREADS="1",
                    LASER_MAX_MODEL_LEN=str(MAX_MODEL_LEN), PYTHONPATH=str(root),
                    PYTHONUNBUFFERED="1")
         self.env, self.root, self.logs, self.python = env, root, logs, sys.executable
