@@ -107,7 +107,7 @@ class BatchListCreateApi(APIView):
         page, has_more = batches_list(tenant=request.user.tenant,
                                       after=request.query_params.get("after"),
                                       limit=_limit(request, 20, 100))
-        counts = request_counts_many([b.pk for b in page])
+        counts = request_counts_many(page)
         return Response(list_object([batch_object(b, counts[b.pk]) for b in page], has_more))
 
     def post(self, request: Request) -> Response:

@@ -1,8 +1,9 @@
 """Enqueueing batch tasks. Services call these instead of importing the task module, and always
 after commit (``after_commit``), so a worker never races the transaction that made the work.
 
-A failed enqueue (broker down) is logged, not raised: the sweep (``tasks.sweep``) and the resume
-at start re-enqueue whatever a batch still needs, from the database.
+A failed enqueue (broker down) is logged, not raised: the periodic sweep (``tasks.sweep``, once a
+batch has seen no task for ``LASER_BATCH_STALL_S``) and the resume at an embedded start
+re-enqueue whatever a batch still needs, from the database.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ promoted as slack runs out. Each result is written once, by a conditional UPDATE
 meanwhile keeps that state. While lines are in flight the chunk re-reads its batch every
 ``LASER_BATCH_POLL_S``; on cancel or at the deadline it aborts its engine requests. Past
 ``LASER_BATCH_CHUNK_SOFT_LIMIT_S`` it stops taking lines and hands the rest back, so every task
-stays minutes long.
+stays minutes long. A chunk marks its batch's ``progress_at`` when it starts and every
+``HEARTBEAT_S`` while it runs, so the sweep leaves a live batch alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.utils import timezone
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
 from apps.batches.rendering import error_for, response_body, run_parsed
 from apps.batches.reports import report_line
+from apps.batches.services import batch_touch
 from apps.batches.validation import ENDPOINTS
 from apps.gateway.collect import Completion
 from apps.gateway.params import ParsedRequest
@@ -38,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 FINISHED = ("stop", "length")
 _RETRY_S = 1.0  # wait before resending a line the engine refused without saying how long
+HEARTBEAT_S = 60.0  # well under LASER_BATCH_STALL_S, and one UPDATE a minute per chunk
 
 
 @dataclass(slots=True)
@@ -56,7 +59,7 @@ class ChunkRunner:
         self.inflight: dict[asyncio.Task, BatchLine] = {}
         self.result = ChunkResult()
         self.contract = contract_for(tenant=batch.tenant, tier="cold")
-        self.started = time.monotonic()
+        self.started = self.touched = time.monotonic()
         self.deadline = batch.deadline_at.timestamp()
 
     def run(self) -> ChunkResult:
@@ -157,6 +160,9 @@ class ChunkRunner:
             await self._abort_inflight()
 
     def _current_status(self) -> str | None:
+        if time.monotonic() - self.touched > HEARTBEAT_S:
+            self.touched = time.monotonic()
+            batch_touch(batch_id=self.batch.pk)
         return Batch.objects.filter(pk=self.batch.pk).values_list("status", flat=True).first()
 
     # --- writes (once per line) ----------------------------------------------------------
@@ -201,6 +207,7 @@ def chunk_run(*, batch_id: int, first: int, last: int, client: Any = None) -> Ch
                                     line_no__lte=last).order_by("line_no"))
     if not lines:
         return ChunkResult()
+    batch_touch(batch_id=batch_id)
     if client is None:
         from apps.gateway.engine import get_engine_client
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.batches.files import output_file_create
 from apps.batches.models import TERMINAL_STATUSES, Batch, BatchLine, BatchStatus, LineStatus
 from apps.batches.reports import report_batch_state, report_line
-from apps.batches.selectors import request_counts
+from apps.batches.selectors import live_request_counts
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ def batch_finalize(*, batch_id: int) -> Batch | None:
         if outcome in _ABANDONED:
             abandoned = _abandon(batch, outcome)
         _write_files(batch)
+        batch.request_counts = live_request_counts(batch)  # outlives the lines (cleanup)
         now = timezone.now()
         batch.status = outcome
         setattr(batch, _STAMP[outcome], now)
@@ -101,7 +102,7 @@ def batch_finalize(*, batch_id: int) -> Batch | None:
     for line in abandoned:
         report_line(batch, line, outcome="expired" if outcome == BatchStatus.EXPIRED
                     else "cancelled", error_code=line.error["code"])
-    report_batch_state(batch, request_counts(batch))
+    report_batch_state(batch, batch.request_counts)
     logger.info("batch %s %s", batch.uid, outcome)
     return batch
 

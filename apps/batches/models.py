@@ -99,6 +99,12 @@ class Batch(models.Model):
         BatchFile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     usage = models.JSONField(null=True, blank=True)
+    # Kept on the row at finalization, so they outlive the lines that cleanup deletes.
+    request_counts = models.JSONField(null=True, blank=True)
+    model = models.CharField(max_length=256, null=True, blank=True)
+    # When work for the batch was last enqueued or a chunk of it last ran: the sweep
+    # re-enqueues the work of an open batch idle longer than ``LASER_BATCH_STALL_S``.
+    progress_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     deadline_at = models.DateTimeField(db_index=True)
     in_progress_at = models.DateTimeField(null=True, blank=True)
@@ -113,7 +119,8 @@ class Batch(models.Model):
     class Meta:
         ordering = ["-id"]
         verbose_name_plural = "batches"
-        indexes = [models.Index(fields=["tenant", "id"])]
+        indexes = [models.Index(fields=["tenant", "id"]),
+                   models.Index(fields=["status", "progress_at"])]
 
     def __str__(self) -> str:
         return f"{self.uid} ({self.status})"

@@ -37,14 +37,8 @@ def batch_object(batch: Batch, counts: dict[str, int] | None = None) -> dict[str
         "expired_at": _ts(batch.expired_at), "cancelling_at": _ts(batch.cancelling_at),
         "cancelled_at": _ts(batch.cancelled_at),
         "request_counts": counts, "metadata": batch.metadata, "usage": batch.usage,
-        "model": _model(batch),
+        "model": batch.model,
     }
-
-
-def _model(batch: Batch) -> str | None:
-    first = batch.lines.values_list("body", flat=True).first()
-    model = first.get("model") if isinstance(first, dict) else None
-    return model if isinstance(model, str) else None
 
 
 def list_object(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:

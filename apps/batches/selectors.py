@@ -1,8 +1,9 @@
 """Batch reads: live request counts, list pages, and the views the SLO app shows.
 
-``request_counts`` are computed from the lines on every read, so they are live while a batch
-runs and can never drift from the results: ``completed`` = lines that succeeded, ``failed`` =
-lines refused, failed, expired or cancelled, ``total`` = every request line.
+``request_counts`` are computed from the lines on every read while a batch runs, so they are
+live and can never drift from the results: ``completed`` = lines that succeeded, ``failed`` =
+lines refused, failed, expired or cancelled, ``total`` = every request line. Finalization stores
+the final counts on the batch row, and a finished batch reads those (cleanup deletes its lines).
 """
 
 from __future__ import annotations
@@ -30,20 +31,30 @@ def _fold(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
     return counts
 
 
-def request_counts(batch: Batch) -> dict[str, int]:
+def live_request_counts(batch: Batch) -> dict[str, int]:
+    """Counted from the lines now (finalization stores this on the batch)."""
     rows = (BatchLine.objects.filter(batch_id=batch.pk).values_list("status")
             .annotate(n=Count("id")).order_by())
     return _fold(rows)
 
 
-def request_counts_many(batch_pks: list[int]) -> dict[int, dict[str, int]]:
-    """``request_counts`` for many batches in one query (list pages)."""
-    grouped: dict[int, list[tuple[str, int]]] = {pk: [] for pk in batch_pks}
-    rows = (BatchLine.objects.filter(batch_id__in=batch_pks).values_list("batch_id", "status")
-            .annotate(n=Count("id")).order_by())
-    for batch_id, status, n in rows:
+def request_counts(batch: Batch) -> dict[str, int]:
+    """The counts stored at finalization, or live ones while the batch is unfinished."""
+    if batch.request_counts is not None:
+        return dict(batch.request_counts)
+    return live_request_counts(batch)
+
+
+def request_counts_many(batches: list[Batch]) -> dict[int, dict[str, int]]:
+    """``request_counts`` for many batches, by pk, in at most one query (list pages)."""
+    counted = {b.pk: dict(b.request_counts) for b in batches if b.request_counts is not None}
+    grouped: dict[int, list[tuple[str, int]]] = {
+        b.pk: [] for b in batches if b.pk not in counted}
+    rows = (BatchLine.objects.filter(batch_id__in=list(grouped))
+            .values_list("batch_id", "status").annotate(n=Count("id")).order_by())
+    for batch_id, status, n in rows:  # no query when every batch was counted
         grouped[batch_id].append((status, n))
-    return {pk: _fold(rows) for pk, rows in grouped.items()}
+    return counted | {pk: _fold(rows) for pk, rows in grouped.items()}
 
 
 def batches_list(*, tenant: Tenant, after: str | None = None,
@@ -101,7 +112,7 @@ def progress_of(batch: Batch, counts: dict[str, int] | None = None) -> BatchProg
 def batches_for_dashboard(*, tenant: Tenant, limit: int = 20) -> list[BatchProgress]:
     """The tenant's latest batches with live progress, newest first (SLO dashboard)."""
     batches = list(Batch.objects.filter(tenant=tenant).order_by("-id")[:limit])
-    counts = request_counts_many([b.pk for b in batches])
+    counts = request_counts_many(batches)
     return [progress_of(b, counts[b.pk]) for b in batches]
 
 

@@ -72,7 +72,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
         metadata=_check_metadata(metadata), contract_version_id=contract.version_id,
         output_expires_after_s=expiry_seconds(output_expires_after,
                                               param="output_expires_after"),
-        deadline_at=now + dt.timedelta(seconds=window_s),
+        deadline_at=now + dt.timedelta(seconds=window_s), progress_at=now,
     )
     report_batch_state(batch)
     dispatch.after_commit(dispatch.validate, batch.pk)
@@ -156,7 +156,8 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
     with transaction.atomic():
         BatchLine.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
         moved = Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
-            status=BatchStatus.IN_PROGRESS, in_progress_at=now)
+            status=BatchStatus.IN_PROGRESS, in_progress_at=now, progress_at=now,
+            model=_model_of(lines))
     batch.refresh_from_db()
     for row in rows:
         if row.status == LineStatus.FAILED and moved:
@@ -168,6 +169,17 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
     else:  # cancelled while validating
         dispatch.after_commit(dispatch.finalize, batch.pk)
     return batch
+
+
+def _model_of(lines: list[InputLine]) -> str | None:
+    """The batch's ``model``: that of the first line's body (kept past cleanup)."""
+    model = lines[0].body.get("model") if lines and isinstance(lines[0].body, dict) else None
+    return model[:256] if isinstance(model, str) else None
+
+
+def batch_touch(*, batch_id: int) -> None:
+    """Mark that work for the batch was enqueued or made progress (see ``sweep.redispatch``)."""
+    Batch.objects.filter(pk=batch_id).update(progress_at=timezone.now())
 
 
 def chunk_ranges(line_nos: list[int], size: int) -> list[tuple[int, int]]:
@@ -186,6 +198,8 @@ def batch_enqueue_chunks(*, batch: Batch) -> int:
     ranges = chunk_ranges(pending, settings.LASER_BATCH_CHUNK_LINES)
     for first, last in ranges:
         dispatch.after_commit(dispatch.chunk, batch.pk, first, last)
-    if not ranges:
+    if ranges:
+        batch_touch(batch_id=batch.pk)
+    else:
         dispatch.after_commit(dispatch.finalize, batch.pk)
     return len(ranges)

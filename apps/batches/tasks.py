@@ -16,7 +16,7 @@ from django.conf import settings
 from apps.batches import sweep as sweeping
 from apps.batches.execution import chunk_run
 from apps.batches.finalize import batch_finalize
-from apps.batches.services import batch_validate
+from apps.batches.services import batch_touch, batch_validate
 from inference.errors import EngineUnavailable
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
         logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)
         raise self.retry(exc=exc, countdown=5) from exc
     if result.leftover:
+        batch_touch(batch_id=batch_id)
         dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0], result.leftover[-1])
     batch_finalize(batch_id=batch_id)
 
@@ -54,7 +55,8 @@ def finalize_batch(batch_id: int) -> None:
 
 @shared_task(name="batches.sweep", **_SAFE)
 def sweep() -> None:
-    """Periodic: expire batches past their deadline, finish stuck ones."""
+    """Periodic: expire batches past their deadline, finish stuck ones, re-enqueue the work
+    of stalled ones."""
     sweeping.sweep()
 
 

@@ -59,6 +59,20 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
 
+# The sweep re-enqueues the work of an open batch when no task for it was enqueued or ran for
+# this long: a chunk message lost for good (a failed enqueue, a chunk acked at the hard limit).
+# Above the visibility timeout (plus a restore round), so the sweep does not race Redis
+# redelivering a killed worker's chunk; running chunks refresh the mark while they run.
+LASER_BATCH_STALL_S: int = env(
+    "LASER_BATCH_STALL_S", CELERY_VISIBILITY_TIMEOUT + LASER_BATCH_RESTORE_INTERVAL_S + 60, int
+)
+if LASER_BATCH_STALL_S <= LASER_BATCH_CHUNK_HARD_LIMIT_S:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("LASER_BATCH_STALL_S must exceed LASER_BATCH_CHUNK_HARD_LIMIT_S")
+# At most this many stalled batches are re-enqueued per sweep run (the rest, next run).
+LASER_BATCH_SWEEP_REDISPATCH: int = env("LASER_BATCH_SWEEP_REDISPATCH", 20, int)
+
 # Periodic batch tasks (`celery -A laser_platform beat`). Another app adding periodic tasks
 # should extend this dict rather than redefine it.
 CELERY_BEAT_SCHEDULE = {

@@ -3,11 +3,16 @@ pagination and tenant isolation."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from openai.types import Batch, FileDeleted, FileObject
 from rest_framework.test import APIClient
 
+from apps.batches.models import Batch as BatchRow
+from apps.batches.models import BatchLine
+from apps.batches.sweep import cleanup
 from tests.apps.batches.conftest import chat_line, jsonl
 
 pytestmark = pytest.mark.django_db
@@ -85,6 +90,32 @@ def test_batch_create_retrieve_list_cancel(api, queue):
     queue.drain()
     final = Batch.model_validate(api.get(f"/v1/batches/{batch.id}").json())
     assert final.status == "cancelled" and final.cancelled_at is not None
+
+
+def test_finished_batch_keeps_request_counts_and_model_after_cleanup(api, queue, engine,
+                                                                    settings):
+    rows = [chat_line("a", "x"), chat_line("b", "y"), chat_line("bad", "z", temperature=9)]
+    file_id = _upload(api, rows).json()["id"]
+    batch_id = _batch(api, file_id).json()["id"]
+    queue.run_one()  # validate
+    running = api.get(f"/v1/batches/{batch_id}").json()  # live from the lines while running
+    assert running["request_counts"] == {"total": 3, "completed": 0, "failed": 1}
+    assert running["model"] == settings.LASER_SERVED_MODEL_ID
+    queue.drain()
+    counts = {"total": 3, "completed": 2, "failed": 1}
+
+    def shown() -> list[tuple]:
+        one = Batch.model_validate(api.get(f"/v1/batches/{batch_id}").json())
+        listed = Batch.model_validate(api.get("/v1/batches").json()["data"][0])
+        return [(b.status, b.request_counts.model_dump(), b.model) for b in (one, listed)]
+
+    done = [("completed", counts, settings.LASER_SERVED_MODEL_ID)] * 2
+    assert shown() == done
+    row = BatchRow.objects.get(uid=batch_id)
+    later = row.finished_at + dt.timedelta(seconds=row.output_expires_after_s + 1)
+    assert cleanup(now=later)[1] == 3
+    assert not BatchLine.objects.filter(batch=row).exists()
+    assert shown() == done
 
 
 def test_batch_list_is_paginated_newest_first(api):

@@ -1,17 +1,20 @@
 """``manage.py batch_status`` (progress in a terminal) and retention: files and results expire
-after ``output_expires_after`` and the periodic cleanup task deletes them."""
+after ``output_expires_after`` and the periodic cleanup task deletes them; a finished batch
+keeps its ``request_counts`` and ``model`` on its row."""
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import io
 
 import pytest
+from django.apps import apps as app_registry
 from django.core.management import CommandError, call_command
 
 from apps.batches import services
 from apps.batches.execution import ChunkRunner
-from apps.batches.models import BatchFile, BatchLine
+from apps.batches.models import Batch, BatchFile, BatchLine
 from apps.batches.sweep import cleanup
 from tests.apps.batches.conftest import chat_line
 
@@ -78,3 +81,19 @@ def test_cleanup_and_sweep_are_periodic_celery_tasks(settings):
     assert schedule["batches.sweep"] == dt.timedelta(seconds=settings.LASER_BATCH_SWEEP_S)
     app.loader.import_default_modules()
     assert {"batches.cleanup", "batches.sweep"} <= set(app.tasks)
+
+
+def test_migration_backfills_counts_and_model_of_finished_batches(cold, upload, queue, engine):
+    migration = importlib.import_module("apps.batches.migrations.0002_progress_and_kept_counts")
+    done = _create(cold, upload, [chat_line("a", "x"), chat_line("bad", "x", temperature=9)])
+    queue.drain()
+    running = _create(cold, upload, [chat_line("b", "x")])
+    queue.run_one()  # validated, not run
+    Batch.objects.update(request_counts=None, model=None, progress_at=None)
+    migration.backfill(app_registry, None)
+    done.refresh_from_db()
+    running.refresh_from_db()
+    assert done.request_counts == {"total": 2, "completed": 1, "failed": 1}
+    assert done.model == running.model is not None
+    assert running.request_counts is None and running.progress_at is not None
+    assert done.progress_at is None
