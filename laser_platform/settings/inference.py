@@ -16,5 +16,9 @@ LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, int)
 LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 32, int)
 LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, int)
 LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
+# The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
+# borrowing, cold deadline pacing); "priority", "partitioned" and "fcfs" are the baselines.
+LASER_POLICY: str = env("LASER_POLICY", "laser",
+                        choices=("laser", "priority", "partitioned", "fcfs"))
 # Name of the channel-layer group engine workers listen on in remote mode.
 LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")
