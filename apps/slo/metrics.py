@@ -2,11 +2,14 @@
 
 Per-request series (TTFT, TBT, queue-time histograms; requests, tokens and demotions counters)
 are observed by the report writer thread, off the request's path. Engine gauges (running and
-waiting per tier, KV usage, preemptions) and SLO attainment gauges are collected at scrape time.
+waiting per tier, KV usage, preemptions) and SLO attainment gauges are collected at scrape time,
+only by the (sync) view: under ASGI Django runs it on its sync thread, where the ORM and
+``async_to_sync`` are allowed. Nothing here may scrape on an event loop's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hmac
 import logging
@@ -67,13 +70,20 @@ def observe_reports(reports: Iterable[Any]) -> None:
 
 
 def engine_stats() -> dict | None:
-    """The embedded/remote engine's stats as a dict, or None when no engine is up here."""
+    """The embedded/remote engine's stats as a dict, or None when no engine is up here.
+
+    Call from a thread without a running event loop (the view's): the remote client's stats are
+    async, and ``async_to_sync`` hops to the server's loop, where the client keeps its channel.
+    """
     try:
         from apps.gateway import engine as gateway_engine
     except ImportError:
         return None
     client = getattr(gateway_engine, "_client", None)
     if client is None or not gateway_engine.is_ready(client):
+        return None
+    if not hasattr(client, "stats_now") and _in_event_loop():
+        logger.debug("engine stats skipped: /metrics collected on an event loop's thread")
         return None
     try:
         if hasattr(client, "stats_now"):
@@ -88,15 +98,29 @@ def engine_stats() -> dict | None:
         return None
 
 
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class _ScrapeCollector(Collector):
     """Engine gauges and SLO attainment, computed when Prometheus scrapes."""
 
+    def describe(self) -> Iterator[Any]:
+        """The families without reading anything. Without it the ``auto_describe`` registry
+        would call ``collect`` on ``register``, i.e. at import, and the first import happens
+        while resolving the first request's URL, on the ASGI server's event loop."""
+        yield from self._engine({"ready": True})
+        yield _attainment_family()
+
     def collect(self) -> Iterator[Any]:
-        yield from self._engine()
+        yield from self._engine(engine_stats())
         yield from self._attainment()
 
-    def _engine(self) -> Iterator[Any]:
-        stats = engine_stats()
+    def _engine(self, stats: dict | None) -> Iterator[Any]:
         ready = GaugeMetricFamily("laser_engine_ready", "1 when the engine serves here.")
         ready.add_metric([], 1.0 if stats and stats.get("ready", True) else 0.0)
         yield ready
@@ -119,10 +143,7 @@ class _ScrapeCollector(Collector):
         from apps.slo import fulfilment
 
         now = timezone.now()
-        family = GaugeMetricFamily(
-            "laser_slo_attainment",
-            "Share of minute windows in the last hour whose headline term was kept.",
-            labels=["tenant", "tier"])
+        family = _attainment_family()
         try:
             rows = fulfilment.series("minute", now - dt.timedelta(hours=1), now)
         except Exception:
@@ -137,6 +158,13 @@ class _ScrapeCollector(Collector):
             if value is not None:
                 family.add_metric([slugs.get(tenant_id, str(tenant_id)), tier], value)
         yield family
+
+
+def _attainment_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "laser_slo_attainment",
+        "Share of minute windows in the last hour whose headline term was kept.",
+        labels=["tenant", "tier"])
 
 
 REGISTRY.register(_ScrapeCollector())

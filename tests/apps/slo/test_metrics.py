@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.utils import timezone
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.slo import metrics
@@ -75,3 +78,57 @@ def test_no_engine_in_this_process_means_not_ready(settings, monkeypatch):
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
     assert _sample(text, "laser_engine_ready") == 0
     assert _sample(text, "laser_kv_usage_ratio") is None
+
+
+class _RemoteStub:
+    """The remote client's shape: ``ready`` and an async ``stats()``, no ``stats_now()``."""
+
+    ready = True
+
+    def __init__(self, stats: dict) -> None:
+        self._stats, self.calls = stats, 0
+
+    async def stats(self) -> dict:
+        self.calls += 1
+        return self._stats
+
+
+_STATS = {"running": {"hot": 1}, "waiting": {"cold": 2}, "kv_usage": 0.5, "num_preemptions": 4,
+          "tokens_per_s": 3.0, "ready": True}
+
+
+@pytest.mark.asyncio
+async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeypatch, caplog):
+    # The first ASGI request imports this module while resolving its URL, on the server's loop:
+    # registering there must not scrape (ORM: SynchronousOnlyOperation; AsyncToSync: RuntimeError).
+    stub = _RemoteStub(_STATS)
+    monkeypatch.setattr("apps.gateway.engine._client", stub, raising=False)
+    registry = CollectorRegistry(auto_describe=True)
+    with caplog.at_level(logging.DEBUG, logger="apps.slo.metrics"):
+        registry.register(metrics._ScrapeCollector())
+    assert stub.calls == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    with pytest.raises(ValueError, match="Duplicated"):  # describe() still names the families
+        registry.register(metrics._ScrapeCollector())
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_metrics_over_asgi_with_a_remote_engine_log_no_error(monkeypatch, settings, caplog):
+    settings.LASER_METRICS_TOKEN = "t"
+    stub = _RemoteStub(_STATS)
+    monkeypatch.setattr("apps.gateway.engine._client", stub, raising=False)
+    with caplog.at_level(logging.WARNING):
+        response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer t"})
+    assert response.status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert stub.calls == 1
+    text = response.content.decode()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert names >= {"laser_ttft_seconds", "laser_tbt_p99_seconds", "laser_queue_seconds",
+                     "laser_requests", "laser_tokens", "laser_demotions", "laser_engine_ready",
+                     "laser_engine_running", "laser_engine_waiting", "laser_kv_usage_ratio",
+                     "laser_engine_tokens_per_second", "laser_engine_preemptions",
+                     "laser_slo_attainment"}
+    assert _sample(text, "laser_engine_waiting", tier="cold") == 2
+    assert _sample(text, "laser_engine_preemptions_total") == 4
