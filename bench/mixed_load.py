@@ -108,9 +108,13 @@ class Driver:
             while now >= self.next_at and self.open_hot(phase) < self.streams:
                 rid = f"hot-{self.count}"
                 self.count += 1
-                self.engine.add_request(hot_request(rid, self.rng, now, self.tokens))
-                phase.arrivals[rid] = now
                 self.next_at += self.rng.expovariate(self.rate)
+                try:
+                    self.engine.add_request(hot_request(rid, self.rng, now, self.tokens))
+                except AdmissionRefused:  # laser's overload refusal: counted, not served
+                    phase.refused += 1
+                    continue
+                phase.arrivals[rid] = now
             if not self.engine.has_unfinished():
                 time.sleep(min(0.005, max(0.0, self.next_at - time.time())))
                 continue

@@ -38,6 +38,10 @@ class EngineConfig:
             whole token budget.
         policy: scheduler name in ``inference.scheduler.POLICIES``.
         max_waiting: queue bound past which requests are refused fast.
+        overload_ttft_factor: ``laser`` only: refuse a hot request (503 with Retry-After) when
+            its estimated TTFT exceeds this many times its contract's target; None keeps the
+            policy's default (2). The platform serves with 10: a request that will be late
+            anyway is better served late than refused, until the queue is really runaway.
         prefix_caching: reuse cached KV blocks of identical (salted) prefixes.
         num_threads: torch intra-op threads; None uses every core.
     """
@@ -54,6 +58,7 @@ class EngineConfig:
     long_prefill_chunk: int | None = None
     policy: str = "fcfs"
     max_waiting: int = 1024
+    overload_ttft_factor: float | None = None
     prefix_caching: bool = True
     num_threads: int | None = None
 
@@ -71,6 +76,9 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unset), got {value}")
+        factor = self.overload_ttft_factor
+        if factor is not None and not factor >= 1:
+            raise ValueError(f"overload_ttft_factor must be at least 1, got {factor}")
         if not self.kv_memory_mb > 0:
             raise ValueError(f"kv_memory_mb must be positive, got {self.kv_memory_mb}")
         chunk = self.long_prefill_chunk
@@ -124,6 +132,7 @@ class EngineConfig:
         ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_CACHE_DTYPE``,
         ``LASER_KV_MEMORY_MB``, ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``,
         ``LASER_MAX_NUM_SEQS``, ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
+        ``LASER_OVERLOAD_TTFT_FACTOR``,
         ``LASER_PREFIX_CACHING``, ``LASER_THREADS``. Keyword overrides win over the environment.
         """
         env = os.environ if environ is None else environ
@@ -167,6 +176,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "LASER_MAX_MODEL_LEN": ("max_model_len", int),
     "LASER_POLICY": ("policy", _str),
     "LASER_MAX_WAITING": ("max_waiting", int),
+    "LASER_OVERLOAD_TTFT_FACTOR": ("overload_ttft_factor", float),
     "LASER_PREFIX_CACHING": ("prefix_caching", _bool),
     "LASER_THREADS": ("num_threads", int),
 }

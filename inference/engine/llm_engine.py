@@ -61,7 +61,8 @@ class LLMEngine:
         self.max_model_len = min(sched_config.max_model_len, num_blocks * config.block_size)
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
-        self.scheduler = make_scheduler(config.policy, sched_config, kv)
+        self.scheduler = make_scheduler(config.policy, sched_config, kv,
+                                        **_policy_options(config))
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
@@ -243,6 +244,14 @@ class LLMEngine:
                 num_preemptions=s.num_preemptions, last_step_s=self._meter.last_step_s,
                 mean_step_s=self._meter.mean_step_s, num_steps=self._meter.num_steps,
             )
+
+
+def _policy_options(config: EngineConfig) -> dict[str, Any]:
+    if config.policy != "laser" or config.overload_ttft_factor is None:
+        return {}
+    from inference.scheduler import LaserPolicyConfig
+
+    return {"policy_config": LaserPolicyConfig(overload_ttft_factor=config.overload_ttft_factor)}
 
 
 def _penalised(state: RequestState) -> bool:

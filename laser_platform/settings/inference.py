@@ -20,5 +20,8 @@ LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
 # borrowing, cold deadline pacing); "priority", "partitioned" and "fcfs" are the baselines.
 LASER_POLICY: str = env("LASER_POLICY", "laser",
                         choices=("laser", "priority", "partitioned", "fcfs"))
+# laser: refuse a hot request (503 + Retry-After) only when its estimated time to first token
+# passes this many times its contract's target; below that it is served late, not refused.
+LASER_OVERLOAD_TTFT_FACTOR: float = env("LASER_OVERLOAD_TTFT_FACTOR", 10.0, float)
 # Name of the channel-layer group engine workers listen on in remote mode.
 LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")
