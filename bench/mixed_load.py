@@ -9,11 +9,11 @@ rate that keeps the engine about ``--busy`` (40 %) busy when alone. Cold: ``--do
 batch takes alone (measured first, with ``fcfs``, in the same run).
 
 For each policy, two phases on a fresh engine with the same seeds: hot alone for ``--hot-s``
-seconds, then hot plus the flood until the batch finishes. Reported: hot P99 TTFT and P99 TBT in
-each phase, the TTFT increase the flood caused, the batch's completion time against its
-deadline. The engine is stepped in this thread (no HTTP): arrivals are added between steps, and
-TTFT/TBT come from the engine's own token timestamps. Prints a table; writes
-``bench/out/mixed_load.json``.
+seconds and at least ``--min-hot`` finished turns, then hot plus the flood until the batch
+finishes. Reported: hot P99 TTFT and P99 TBT in each phase, the TTFT increase the flood
+caused, the batch's completion time against its deadline. The engine is stepped in this
+thread (no HTTP): arrivals are added between steps, and TTFT/TBT come from the engine's own
+token timestamps. Prints a table; writes ``bench/out/mixed_load.json``.
 """
 
 from __future__ import annotations
@@ -157,7 +157,9 @@ def run_policy(policy: str, args, rate: float, deadline_s: float) -> dict:
     driver = Driver(engine, rate, args.streams, args.hot_tokens, args.seed)
     alone = Phase()
     t_start = time.time()
-    driver.run(alone, lambda: time.time() - t_start >= args.hot_s)
+    # long enough for a P99 to mean something: --hot-s and at least --min-hot finished turns
+    driver.run(alone, lambda: time.time() - t_start >= args.hot_s
+               and sum(r.startswith("hot") for r in alone.finished) >= args.min_hot)
     busy_alone = driver.busy_s / (time.time() - t_start)
     flood = Phase()
     t_flood = time.time()
@@ -196,6 +198,7 @@ def main() -> None:
     ap.add_argument("--busy", type=float, default=0.4)
     ap.add_argument("--hot-tokens", type=int, default=48)
     ap.add_argument("--hot-s", type=float, default=30.0)
+    ap.add_argument("--min-hot", type=int, default=10)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
