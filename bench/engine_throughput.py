@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
-from inference.loaders import default_model_path  # noqa: E402
+from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.request import EngineRequest, SamplingParams  # noqa: E402
 
 QUESTIONS = [
@@ -144,7 +145,7 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-    torch.set_num_threads(len(__import__("os").sched_getaffinity(0)))
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     bw = bandwidth_gbs()
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": torch.get_num_threads(),
@@ -152,7 +153,7 @@ def main() -> None:
     for name in args.dtypes.split(","):
         gflops = matmul_gflops(DTYPES[name])
         result[f"matmul_gflops_{name}"] = gflops
-        LLMEngine(EngineConfig(dtype=name)).runner  # first start fills the weight cache
+        load_model(dtype=DTYPES[name])  # a first load fills the weight cache
         gc.collect()
         engine, start_s = laser_engine(name)
         lim = bounds(engine, DTYPES[name], bw, gflops)

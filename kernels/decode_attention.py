@@ -37,27 +37,6 @@ def block_index(
     return tables.reshape(-1), valid, (~valid).view(-1).nonzero().squeeze(1)
 
 
-_last_index: list = [None]  # (block_tables, seq_lens, key, result) of the latest call
-
-
-def cached_block_index(
-    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``block_index`` computed once for the same tensors: every layer of a step passes the
-    same block tables and lengths. The entry holds strong references to both tensors, so
-    their ids cannot be reused while it lives, and checks their version counters against
-    in-place changes (inference-mode tensors have none: those are not cached)."""
-    if block_tables.is_inference() or seq_lens.is_inference():
-        return block_index(block_tables, seq_lens, max_len, block_size)
-    key = (block_tables._version, seq_lens._version, max_len, block_size)
-    hit = _last_index[0]
-    if hit is not None and hit[0] is block_tables and hit[1] is seq_lens and hit[2] == key:
-        return hit[3]
-    result = block_index(block_tables, seq_lens, max_len, block_size)
-    _last_index[0] = (block_tables, seq_lens, key, result)
-    return result
-
-
 def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor,
                 num_seqs: int) -> torch.Tensor:
     """The cache rows of ``block_index``'s blocks as a heads-first view ``[num_seqs,
@@ -72,16 +51,6 @@ def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor
     return rows.view(num_seqs, -1, num_kv_heads, head_dim).transpose(1, 2)
 
 
-def gather_kv(
-    cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(kv, valid)``: every sequence's cache rows ``[num_seqs, num_kv_heads, P, D]`` (``P`` =
-    ``max_len`` rounded up to whole blocks, invalid positions zero) and the ``[num_seqs, P]``
-    mask of positions below each length."""
-    blocks, valid, invalid = block_index(block_tables, seq_lens, max_len, cache.shape[1])
-    return gather_rows(cache, blocks, invalid, block_tables.shape[0]), valid
-
-
 def paged_decode_attention_reference(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -91,17 +60,15 @@ def paged_decode_attention_reference(
     scale: float,
 ) -> torch.Tensor:
     """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`."""
-    max_len = int(seq_lens.max())
-    blocks, valid, invalid = cached_block_index(block_tables, seq_lens, max_len,
-                                                k_cache.shape[1])
-    k = gather_rows(k_cache, blocks, invalid, q.shape[0])  # [S, KVH, P, D]
-    v = gather_rows(v_cache, blocks, invalid, q.shape[0])
-    qs = q[:, :, None, :]  # [S, H, 1, D]: the heads of a KV group share its K/V (enable_gqa)
-    if q.dtype != torch.float32 and not q.is_cuda:  # CPU half matmuls are slow and lossy
-        qs, k, v = qs.float(), k.float(), v.float()
-    out = F.scaled_dot_product_attention(
-        qs, k.to(qs.dtype), v.to(qs.dtype), attn_mask=valid[:, None, None, :], scale=scale,
-        enable_gqa=True)
+    blocks, valid, invalid = block_index(block_tables, seq_lens, int(seq_lens.max()),
+                                         k_cache.shape[1])
+    # CPU half-precision matmuls are slow and lossy: compute in float32 there
+    work = q.dtype if q.is_cuda else torch.float32
+    k = gather_rows(k_cache, blocks, invalid, q.shape[0]).to(work)  # [S, KVH, P, D]
+    v = gather_rows(v_cache, blocks, invalid, q.shape[0]).to(work)
+    qs = q[:, :, None, :].to(work)  # [S, H, 1, D]: the heads of a KV group share it (enable_gqa)
+    out = F.scaled_dot_product_attention(qs, k, v, attn_mask=valid[:, None, None, :],
+                                         scale=scale, enable_gqa=True)
     return out[:, :, 0, :].to(q.dtype)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.decode_attention import gather_kv, paged_decode_attention_reference
+from kernels.decode_attention import block_index, gather_rows, paged_decode_attention_reference
 from kernels.dispatch import use_triton
 
 
@@ -66,9 +66,10 @@ def paged_prefill_attention_reference(
     for i, n in enumerate(q_lens):
         if n <= 1:
             continue
-        table, length = block_tables[i : i + 1], seq_lens[i : i + 1]
-        k = gather_kv(k_cache, table, length, lens[i])[0][0, :, : lens[i]]  # [KVH, L, D]
-        v = gather_kv(v_cache, table, length, lens[i])[0][0, :, : lens[i]]
+        blocks, _, invalid = block_index(block_tables[i : i + 1], seq_lens[i : i + 1], lens[i],
+                                         k_cache.shape[1])
+        k = gather_rows(k_cache, blocks, invalid, 1)[0, :, : lens[i]]  # [KVH, L, D]
+        v = gather_rows(v_cache, blocks, invalid, 1)[0, :, : lens[i]]
         qi = q[starts[i] : starts[i + 1]]
         if work is not None:
             qi, k, v = qi.to(work), k.to(work), v.to(work)

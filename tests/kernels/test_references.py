@@ -122,8 +122,8 @@ def test_write_kv_reference_skips_padding():
     assert int((k_cache != 0).any(-1).any(-1).sum()) == 2  # the padded token went nowhere
 
 
-def test_decode_reference_reuses_its_index_only_for_unchanged_tensors():
-    """Layers of one step share the block index; an in-place change must not reuse it."""
+def test_decode_reference_repeats_and_follows_in_place_length_changes():
+    """Repeated calls agree, and a length changed in place is honoured (nothing stale is read)."""
     k_cache, v_cache, tables = make_paged([20, 33], 16, 3, 64)
     q = torch.randn(2, 9, 64)
     lens = torch.tensor([20, 33], dtype=torch.int32)
