@@ -62,6 +62,7 @@ class LiveStack:
     def __init__(self, logs: Path, env: dict[str, str]) -> None:
         self.logs, self.env = logs, env
         self.procs: list[subprocess.Popen] = []
+        self.worker_logs: list[Path] = []
         self.url = ""
 
     def manage(self, *argv: str) -> str:
@@ -92,7 +93,27 @@ class LiveStack:
                 "--without-mingle", "--without-heartbeat"]
         proc, log = self._spawn(name, argv)
         _wait_for(proc, log, r"(ready\.)")
+        self.worker_logs.append(log)
         return proc
+
+    def wait_idle(self, timeout: float = 120) -> None:
+        """Wait until every task a live worker received has ended (by its log).
+
+        A batch reads as cancelled or expired while the chunk in the worker is still stopping
+        and writing; the test database must not be flushed under it (the flush's TRUNCATE and
+        the worker's row locks can deadlock)."""
+        end = time.monotonic() + timeout
+        quiet_since = None
+        # idle for a whole second: a chunk that ends may enqueue the next one (or finalize)
+        while quiet_since is None or time.monotonic() - quiet_since < 1:
+            busy = [log.name for log in self.worker_logs if _in_flight(log)]
+            if busy:
+                quiet_since = None
+                if time.monotonic() > end:
+                    raise AssertionError(f"workers still busy after {timeout} s: {busy}")
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            time.sleep(0.2)
 
     def client(self, api_key: str) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
@@ -119,6 +140,15 @@ def output_ids(client: openai.OpenAI, batch) -> list[str]:
     """The custom_ids of a finished batch's output file, in file order."""
     text = client.files.content(batch.output_file_id).text
     return [json.loads(x)["custom_id"] for x in text.splitlines()]
+
+
+def _in_flight(log: Path) -> set[str]:
+    """Task ids a Celery worker's INFO log shows received and not yet ended."""
+    text = log.read_text()
+    received = set(re.findall(r"Task \S+\[([0-9a-f-]+)\] received", text))
+    ended = set(re.findall(r"Task \S+\[([0-9a-f-]+)\] (?:succeeded|raised|retry|failed)",
+                           text))
+    return received - ended
 
 
 def _wait_for(proc: subprocess.Popen, log: Path, pattern: str, timeout: float = 60) -> str:

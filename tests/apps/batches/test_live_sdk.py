@@ -34,6 +34,13 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
         live.close()
 
 
+@pytest.fixture(autouse=True)
+def _worker_idle_after_test(stack, transactional_db):
+    # transactional_db first, so its flush runs after this wait
+    yield
+    stack.wait_idle()
+
+
 @pytest.fixture
 def tenant(tenant_factory, api_key_factory, settings):
     """A tenant whose cold contract promises 5 s, so short windows are allowed."""
