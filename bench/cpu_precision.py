@@ -1,13 +1,15 @@
-"""Why the CPU engine defaults to float32: bfloat16's speed against what it does to the answers.
+"""CPU precision modes: their speed against what they do to the answers.
 
     .venv/bin/python bench/cpu_precision.py [--tokens 32]
 
-The bundled SmolLM2-135M, greedy, four chat prompts, run in float32 (the exact mode, equal to
-``transformers`` on the same GGUF) and in bfloat16 (weights and activations; the KV cache stays
-float32 as the engine keeps it on CPU). Reports per prompt the first-step logit error of
-bfloat16 relative to float32, how many leading greedy tokens agree, both answers' text, and a
-16-sequence decode step's time in each dtype (same process, alternating). Prints a table; writes
-``bench/out/cpu_precision.json``.
+The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
+mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
+layers' projections on the CPU's bfloat16 units, the LM head and everything between the
+matmuls float32) and in bfloat16 (weights and activations; the KV cache stays float32 as the
+engine keeps it on CPU). Reports per prompt and mode the first-step logit error relative to
+float32, how many leading greedy tokens agree, where float32's answer ends (its first
+end-of-turn token) and the answers' text, and a decode step's time at 1 and 16 sequences in each
+mode (same process, alternating). Prints a table; writes ``bench/out/cpu_precision.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from inference.loaders import load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
-           "Explain photosynthesis briefly.", "List three prime numbers."]
+           "Explain photosynthesis briefly.", "List three prime numbers.",
+           "Name the largest planet in the solar system.",
+           "Translate 'good morning' into French.", "What is 12 times 7?",
+           "Give me a tip for learning to cook."]
 BLOCK = 16
 
 
@@ -68,36 +73,52 @@ def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7) -> list
     return times
 
 
+def load(mode: str):
+    loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
+    loaded.model.pack_linears(torch.bfloat16 if mode == "mixed" else None)  # as the engine does
+    return loaded
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args()
-    exact = load_model(dtype=torch.float32)
-    fast = load_model(dtype=torch.bfloat16)
+    modes = {m: load(m) for m in ("float32", "mixed", "bfloat16")}
+    exact = modes["float32"]
     rows = []
     for prompt in PROMPTS:
         ids = exact.encode_chat([{"role": "user", "content": prompt}],
                                 add_generation_prompt=True)
         ref, ref_logits = greedy(exact.model, ids, args.tokens)
-        low, low_logits = greedy(fast.model, ids, args.tokens)
-        agree = next((i for i, (a, b) in enumerate(zip(ref, low)) if a != b), len(ref))
-        rows.append({"prompt": prompt, "logit_rel_err": float(
-            (low_logits - ref_logits).norm() / ref_logits.norm()), "agree_tokens": agree,
-            "float32": exact.tokenizer.decode(ref), "bfloat16": exact.tokenizer.decode(low)})
-    f32, b16 = [], []
-    for _ in range(3):  # alternate so that machine noise hits both alike
-        f32 += step_ms(exact.model)
-        b16 += step_ms(fast.model)
-    timing = {"float32_ms": statistics.median(f32), "bfloat16_ms": statistics.median(b16)}
-    print(f"{'prompt':<34}{'logit err':>10}{'agree':>8}")
+        end = next((i for i, t in enumerate(ref) if t in exact.stop_token_ids), len(ref))
+        row = {"prompt": prompt, "answer_tokens": end, "float32": exact.tokenizer.decode(ref)}
+        for mode in ("mixed", "bfloat16"):
+            got, logits = greedy(modes[mode].model, ids, args.tokens)
+            row[mode] = exact.tokenizer.decode(got)
+            row[f"{mode}_agree"] = next(
+                (i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
+            row[f"{mode}_logit_rel_err"] = float((logits - ref_logits).norm() / ref_logits.norm())
+        rows.append(row)
+    timing = {}
+    for seqs in (1, 16):
+        times = {m: [] for m in modes}
+        for _ in range(3):  # alternate so that machine noise hits every mode alike
+            for m, loaded in modes.items():
+                times[m] += step_ms(loaded.model, seqs=seqs)
+        timing[seqs] = {m: statistics.median(t) for m, t in times.items()}
+    print(f"{'prompt':<34}{'answer':>7}{'mixed err':>10}{'agree':>7}{'bf16 err':>10}{'agree':>7}")
     for r in rows:
-        print(f"{r['prompt']:<34}{r['logit_rel_err']:>10.4f}{r['agree_tokens']:>5}/{args.tokens}")
-        print(f"    float32 : {r['float32'][:70]!r}\n    bfloat16: {r['bfloat16'][:70]!r}")
-    print(f"16-sequence decode step: float32 {timing['float32_ms']:.1f} ms, bfloat16 "
-          f"{timing['bfloat16_ms']:.1f} ms (x{timing['float32_ms'] / timing['bfloat16_ms']:.2f})")
+        print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{r['mixed_logit_rel_err']:>10.4f}"
+              f"{r['mixed_agree']:>7}{r['bfloat16_logit_rel_err']:>10.4f}{r['bfloat16_agree']:>7}")
+        for mode in ("float32", "mixed", "bfloat16"):
+            print(f"    {mode:<9}: {r[mode][:70]!r}")
+    for seqs, t in timing.items():
+        print(f"{seqs:>2}-sequence decode step, ms: " + ", ".join(
+            f"{m} {v:.1f} (x{t['float32'] / v:.2f})" for m, v in t.items()))
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
-    (out / "cpu_precision.json").write_text(json.dumps({"rows": rows, **timing}, indent=2))
+    (out / "cpu_precision.json").write_text(json.dumps(
+        {"rows": rows, "step_ms": timing, "threads": torch.get_num_threads()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 """Engine decode throughput side by side with ``transformers.generate`` on the same model.
 
-    .venv/bin/python bench/engine_throughput.py [--tokens 128] [--dtypes float32,bfloat16]
+    .venv/bin/python bench/engine_throughput.py [--tokens 128] [--dtypes float32,mixed,bfloat16]
 
 Same bundled SmolLM2-135M GGUF, same chat prompts, greedy, ``--tokens`` new tokens per
 request (EOS ignored so every row produces the same count), 1 stream and 16 concurrent:
 
 - Laser: ``LLMEngine.step()`` until every request finishes (continuous batching, paged KV);
 - transformers: one batched ``generate`` (left padding, ``min_new_tokens`` = ``max_new_tokens``).
+
+Laser modes: ``float32`` (the default, exact), ``mixed`` (``matmul_dtype=bfloat16``: the layers'
+projections on the CPU's bfloat16 units, everything else float32) and ``bfloat16`` (weights
+and activations).
 
 It also measures the machine's ceilings (a large copy for memory bandwidth, a large matmul for
 FLOP/s, in each dtype) and reports each throughput as a fraction of them: the weight bytes a
@@ -44,6 +48,8 @@ QUESTIONS = [
     "Describe a day in the life of a lighthouse keeper.",
 ]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MODES = {"float32": ("float32", None), "mixed": ("float32", "bfloat16"),
+         "bfloat16": ("bfloat16", None)}  # mode: (dtype, matmul_dtype)
 
 
 def messages(i: int) -> list[dict]:
@@ -76,9 +82,10 @@ def matmul_gflops(dtype: torch.dtype) -> float:
 
 
 # ---- Laser ---------------------------------------------------------------------------------
-def laser_engine(dtype: str) -> tuple[LLMEngine, float]:
+def laser_engine(mode: str) -> tuple[LLMEngine, float]:
+    dtype, matmul_dtype = MODES[mode]
     t0 = time.perf_counter()
-    engine = LLMEngine(EngineConfig(dtype=dtype, max_num_seqs=64))
+    engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype, max_num_seqs=64))
     return engine, time.perf_counter() - t0
 
 
@@ -128,19 +135,28 @@ def hf_run(model, tok, streams: int, tokens: int) -> dict:
 
 
 # ---- report --------------------------------------------------------------------------------
-def bounds(engine: LLMEngine, dtype: torch.dtype, bw: float, gflops: float) -> dict:
-    """Tokens/s ceilings: one stream reads every weight per token; 16 streams are FLOP-bound."""
-    params = sum(p.numel() for p in engine.runner.model.parameters())
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    one = bw * 1e9 / 2 / (params * itemsize)  # bw counts read + write; a step only reads
-    many = min(16 * one, gflops * 1e9 / (2 * params))
-    return {"params": params, "bound_1_tok_s": one, "bound_16_tok_s": many}
+def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) -> dict:
+    """Tokens/s ceilings: one stream reads every weight per token; 16 streams are FLOP-bound.
+    In ``mixed`` mode the layers' weights are bfloat16 (bytes and FLOP rate), the rest float32."""
+    model = engine.runner.model
+    params = sum(p.numel() for p in model.parameters())
+    layers = sum(p.numel() for p in model.layers.parameters())
+    dtype, matmul_dtype = MODES[mode]
+    size = torch.empty((), dtype=DTYPES[dtype]).element_size()
+    layer_size = 2 if matmul_dtype else size
+    layer_rate = gflops[matmul_dtype or dtype]
+    weight_bytes = layers * layer_size + (params - layers) * size
+    one = bw * 1e9 / 2 / weight_bytes  # bw counts read + write; a step only reads
+    flop_s = 2 * layers / (layer_rate * 1e9) + 2 * (params - layers) / (gflops[dtype] * 1e9)
+    return {"params": params, "weight_bytes": weight_bytes, "bound_1_tok_s": one,
+            "bound_16_tok_s": min(16 * one, 1 / flop_s)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--dtypes", default="float32,mixed,bfloat16",
+                    help=f"Laser modes, comma-separated: {','.join(MODES)}")
     ap.add_argument("--streams", default="1,16")
     ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
     args = ap.parse_args()
@@ -150,13 +166,13 @@ def main() -> None:
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": torch.get_num_threads(),
                     "bandwidth_gbs": bw, "rows": rows}
+    gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
+    result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
     for name in args.dtypes.split(","):
-        gflops = matmul_gflops(DTYPES[name])
-        result[f"matmul_gflops_{name}"] = gflops
-        load_model(dtype=DTYPES[name])  # a first load fills the weight cache
+        load_model(dtype=DTYPES[MODES[name][0]])  # a first load fills the weight cache
         gc.collect()
         engine, start_s = laser_engine(name)
-        lim = bounds(engine, DTYPES[name], bw, gflops)
+        lim = bounds(engine, name, bw, gflops)
         for n in streams:
             r = laser_run(engine, n, args.tokens, f"{name}-{n}")
             bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"]

@@ -124,13 +124,14 @@ class Driver:
             self.busy_s += time.perf_counter() - t0
 
 
-def make_engine(policy: str, threads: int | None) -> LLMEngine:
-    return LLMEngine(EngineConfig(policy=policy, max_num_seqs=64, num_threads=threads,
-                                  max_num_batched_tokens=512, max_waiting=4096))
+def make_engine(policy: str, args) -> LLMEngine:
+    return LLMEngine(EngineConfig(policy=policy, max_num_seqs=64, num_threads=args.threads,
+                                  max_num_batched_tokens=512, max_waiting=4096,
+                                  matmul_dtype=args.matmul_dtype))
 
 
 def cold_alone(args) -> float:
-    engine = make_engine("fcfs", args.threads)
+    engine = make_engine("fcfs", args)
     phase = Phase()
     for r in cold_requests(args.docs, None, engine.model_config.vocab_size, args.seed):
         engine.add_request(r)
@@ -140,7 +141,7 @@ def cold_alone(args) -> float:
 
 
 def hot_service_s(args) -> float:
-    engine = make_engine("fcfs", args.threads)
+    engine = make_engine("fcfs", args)
     rng = random.Random(args.seed)
     engine.add_request(hot_request("warmup", rng, time.time(), 4))
     while engine.has_unfinished():
@@ -153,7 +154,7 @@ def hot_service_s(args) -> float:
 
 
 def run_policy(policy: str, args, rate: float, deadline_s: float) -> dict:
-    engine = make_engine(policy, args.threads)
+    engine = make_engine(policy, args)
     driver = Driver(engine, rate, args.streams, args.hot_tokens, args.seed)
     alone = Phase()
     t_start = time.time()
@@ -200,6 +201,8 @@ def main() -> None:
     ap.add_argument("--hot-s", type=float, default=30.0)
     ap.add_argument("--min-hot", type=int, default=10)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--matmul-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                    help="CPU matmul precision (the platform serves with auto)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     service = hot_service_s(args)

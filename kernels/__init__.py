@@ -13,7 +13,7 @@ from kernels.cpu_allocator import tune_cpu_allocator
 from kernels.decode_attention import paged_decode_attention
 from kernels.dispatch import backend, use_triton
 from kernels.kv_cache import write_kv
-from kernels.linear import linear, pack_linear_weight
+from kernels.linear import bf16_matmul_supported, linear, pack_linear_weight
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
@@ -23,6 +23,7 @@ __all__ = [
     "build_cos_sin_cache",
     "linear",
     "pack_linear_weight",
+    "bf16_matmul_supported",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",

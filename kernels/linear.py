@@ -11,6 +11,12 @@ row counts; a whole 16-sequence decode step took 1.6x less CPU time. Results equ
 The engine packs a model's weights once (``LlamaModel.pack_linears``); each call then passes
 the packed copy beside the plain weight, and ``linear`` falls back to ``F.linear`` wherever no
 packed copy exists (CUDA, float16, a PyTorch without oneDNN, ``LASER_KERNELS=reference``).
+
+Mixed precision (opt-in): a float32 weight may be packed as bfloat16. ``linear`` then rounds the
+float32 input to bfloat16, multiplies on the CPU's bfloat16 units (AMX or AVX512-BF16) with
+float32 accumulation and returns the product (which oneDNN rounds to bfloat16) as float32: half
+the weight bytes per call and the faster units, while everything between the matmuls (norms,
+residual stream, attention, KV cache) stays float32.
 """
 
 from __future__ import annotations
@@ -21,23 +27,35 @@ import torch.nn.functional as F
 from kernels.dispatch import backend
 
 
-def _onednn_ok(weight: torch.Tensor) -> bool:
-    if weight.device.type != "cpu" or backend() == "reference":
+def _onednn_ok(device: torch.device, dtype: torch.dtype) -> bool:
+    if device.type != "cpu" or backend() == "reference":
         return False
     if not torch.backends.mkldnn.is_available():
         return False
-    if weight.dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return weight.dtype == torch.float32
+    if dtype == torch.bfloat16:
+        return bf16_matmul_supported()
+    return dtype == torch.float32
 
 
-def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor | None:
-    """A oneDNN-packed copy of ``weight`` ``[out_features, in_features]``, or None where
-    packing does not apply (then :func:`linear` uses ``F.linear``)."""
-    if weight.dim() != 2 or not _onednn_ok(weight):
+def bf16_matmul_supported() -> bool:
+    """Whether oneDNN has native bfloat16 matmuls on this CPU (AVX512-BF16 or AMX)."""
+    return bool(torch.backends.mkldnn.is_available()
+                and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None
+                       ) -> torch.Tensor | None:
+    """A oneDNN-packed copy of ``weight`` ``[out_features, in_features]``, stored in ``dtype``
+    (default: the weight's own), or None where packing does not apply (then :func:`linear`
+    uses ``F.linear`` on the plain weight, in its own dtype)."""
+    dtype = dtype or weight.dtype
+    if weight.dim() != 2 or not _onednn_ok(weight.device, dtype):
         return None
+    if weight.dtype != dtype and not (weight.dtype, dtype) == (torch.float32, torch.bfloat16):
+        raise ValueError(f"cannot pack a {weight.dtype} weight as {dtype}")
     try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+        return torch.ops.mkldnn._reorder_linear_weight(
+            weight.detach().to(dtype).contiguous(), None)
     except RuntimeError:  # an unusual build or shape: the plain path still works
         return None
 
@@ -47,7 +65,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = 
     """``x`` ``[num_tokens, in]`` times ``weight`` ``[out, in]`` transposed (+ ``bias``).
 
     ``packed`` is ``pack_linear_weight(weight)`` (or None); the result is the same either way.
+    A bfloat16 ``packed`` for a float32 ``x`` gives the mixed-precision product (module doc).
     """
-    if packed is not None and x.device.type == "cpu" and x.dtype == weight.dtype:
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+    if packed is not None and x.device.type == "cpu":
+        if packed.dtype == x.dtype:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [],
+                                                      "")
+        if packed.dtype == torch.bfloat16 and x.dtype == torch.float32:
+            out = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16).contiguous(), packed,
+                                                     None, "none", [], "").float()
+            return out if bias is None else out.add_(bias)
     return F.linear(x, weight, bias)

@@ -47,6 +47,7 @@ def engine_config() -> Any:
         max_num_seqs=settings.LASER_MAX_NUM_SEQS,
         max_model_len=settings.LASER_MAX_MODEL_LEN,
         max_num_batched_tokens=settings.LASER_MAX_BATCH_TOKENS,
+        matmul_dtype=settings.LASER_MATMUL_DTYPE,
         policy=settings.LASER_POLICY,
         overload_ttft_factor=settings.LASER_OVERLOAD_TTFT_FACTOR,
     )

@@ -25,6 +25,12 @@ class EngineConfig:
             float32 on CPU and bfloat16 on CUDA. On CPU, bfloat16 is faster but not a safe
             default for small models: SmolLM2-135M's greedy answers degrade (see
             docs/benchmarks.md), so it is opt-in there.
+        matmul_dtype: CPU only: ``bfloat16`` runs the layers' projections of a float32 model
+            on the CPU's bfloat16 units (mixed precision: half the weight bytes, float32
+            everywhere else, the LM head float32); None or ``float32`` keeps them exact;
+            ``auto`` is bfloat16 where the CPU has native bfloat16 matmuls (AMX, AVX512-BF16)
+            and float32 elsewhere. The engine's default is exact; the platform serves with
+            ``auto`` (the logits move by about 1 %, the answers did not: docs/engine.md).
         kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
             computes in float32, so a narrower cache would only add conversions) and ``dtype``
             on CUDA.
@@ -50,6 +56,7 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str | None = None
     kv_cache_dtype: str | None = None
+    matmul_dtype: str | None = None
     block_size: int = 16
     kv_memory_mb: float = 256.0
     max_num_batched_tokens: int = 512
@@ -76,6 +83,9 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unset), got {value}")
+        if self.matmul_dtype not in (None, "auto", "float32", "bfloat16"):
+            raise ValueError("matmul_dtype must be auto, float32 or bfloat16, got "
+                             f"{self.matmul_dtype!r}")
         factor = self.overload_ttft_factor
         if factor is not None and not factor >= 1:
             raise ValueError(f"overload_ttft_factor must be at least 1, got {factor}")
@@ -101,6 +111,18 @@ class EngineConfig:
         if self.kv_cache_dtype is not None:
             return _DTYPES[self.kv_cache_dtype]
         return torch.float32 if self.device == "cpu" else self.torch_dtype
+
+    @property
+    def torch_matmul_dtype(self) -> torch.dtype | None:
+        """The dtype to pack CPU projections in, or None for the weights' own."""
+        if self.device != "cpu" or self.matmul_dtype in (None, "float32"):
+            return None
+        if self.matmul_dtype == "auto":
+            import kernels
+
+            native = self.torch_dtype == torch.float32 and kernels.bf16_matmul_supported()
+            return torch.bfloat16 if native else None
+        return _DTYPES[self.matmul_dtype]
 
     def num_blocks(self, kv_bytes_per_block: int) -> int:
         """KV blocks that fit the memory budget (at least one)."""
@@ -130,6 +152,7 @@ class EngineConfig:
         """Read ``LASER_*`` variables; unset ones keep their defaults; bad values fail loudly.
 
         ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_CACHE_DTYPE``,
+        ``LASER_MATMUL_DTYPE``,
         ``LASER_KV_MEMORY_MB``, ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``,
         ``LASER_MAX_NUM_SEQS``, ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
         ``LASER_OVERLOAD_TTFT_FACTOR``,
@@ -169,6 +192,7 @@ _ENV: dict[str, tuple[str, Any]] = {
     "LASER_DEVICE": ("device", _str),
     "LASER_DTYPE": ("dtype", _str),
     "LASER_KV_CACHE_DTYPE": ("kv_cache_dtype", _str),
+    "LASER_MATMUL_DTYPE": ("matmul_dtype", _str),
     "LASER_KV_MEMORY_MB": ("kv_memory_mb", float),
     "LASER_BLOCK_SIZE": ("block_size", int),
     "LASER_MAX_BATCHED_TOKENS": ("max_num_batched_tokens", int),

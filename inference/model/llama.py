@@ -71,15 +71,21 @@ class LlamaModel(nn.Module):
         self.cos_sin_cache: torch.Tensor | None = None
         self.lm_head_packed: torch.Tensor | None = None
 
-    def pack_linears(self) -> bool:
+    def pack_linears(self, matmul_dtype: torch.dtype | None = None) -> bool:
         """Keep a packed copy of every projection and the LM head for ``kernels.linear``
-        (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed."""
+        (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
+
+        ``matmul_dtype`` (bfloat16 for a float32 model) packs the layers' projections in that
+        dtype: mixed precision, see ``kernels.linear``. The LM head stays in the model's dtype:
+        rounding it to bfloat16 too changes SmolLM2's greedy answers far more than rounding the
+        layers' weights (``bench/cpu_precision.py``, docs/benchmarks.md).
+        """
         for layer in self.layers:
             attn = layer.attn
-            attn.qkv_packed = kernels.pack_linear_weight(attn.qkv_weight)
-            attn.o_packed = kernels.pack_linear_weight(attn.o_weight)
-            layer.gate_up_packed = kernels.pack_linear_weight(layer.gate_up_weight)
-            layer.down_packed = kernels.pack_linear_weight(layer.down_weight)
+            attn.qkv_packed = kernels.pack_linear_weight(attn.qkv_weight, matmul_dtype)
+            attn.o_packed = kernels.pack_linear_weight(attn.o_weight, matmul_dtype)
+            layer.gate_up_packed = kernels.pack_linear_weight(layer.gate_up_weight, matmul_dtype)
+            layer.down_packed = kernels.pack_linear_weight(layer.down_weight, matmul_dtype)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
         return self.lm_head_packed is not None

@@ -60,3 +60,56 @@ def test_model_pack_linears_keeps_logits():
         packed = model.compute_logits(model(ids, torch.arange(6),
                                             model.allocate_kv_caches(2, 4), meta))
     assert rel_err(packed, plain) <= 1e-5
+
+
+needs_bf16 = pytest.mark.skipif(not kernels.bf16_matmul_supported(),
+                                reason="no native bfloat16 matmuls on this CPU")
+
+
+@needs_bf16
+@pytest.mark.parametrize("rows", [1, 16, 300])
+def test_bf16_packed_weight_gives_the_rounded_product_in_float32(rows):
+    gen = torch.Generator().manual_seed(rows)
+    weight, x = torch.randn(3072, 576, generator=gen), torch.randn(rows, 576, generator=gen)
+    b = torch.randn(3072, generator=gen)
+    packed = kernels.pack_linear_weight(weight, torch.bfloat16)
+    assert packed is not None and packed.dtype == torch.bfloat16
+    out = kernels.linear(x, weight, packed)
+    assert out.dtype == torch.float32
+    # what rounding both operands to bfloat16, summing in float32 and rounding the sum to
+    # bfloat16 gives, to one bfloat16 step (the summation order differs) ...
+    rounded = F.linear(x.bfloat16().float(), weight.bfloat16().float())
+    step = rounded.abs() * 2**-7 + 1e-4  # + float32 summation noise near zero
+    assert ((out - rounded).abs() <= step).all()
+    # ... about bfloat16's precision away from the float32 product; the bias is added after
+    assert 1e-4 < rel_err(out, F.linear(x, weight)) <= 1e-2
+    assert torch.equal(kernels.linear(x, weight, packed, b), out + b)
+
+
+def test_only_float32_weights_pack_as_bf16():
+    with pytest.raises(ValueError, match="cannot pack"):
+        kernels.pack_linear_weight(torch.randn(8, 4, dtype=torch.float16), torch.bfloat16)
+
+
+@needs_bf16
+def test_model_packs_layers_in_bf16_and_keeps_the_head_exact():
+    from inference.model import AttentionMetadata
+    from tests.inference.engine.helpers import tiny_loaded
+
+    model = tiny_loaded(seed=1).model
+    ids = torch.tensor([5, 9, 17, 3, 40, 2])
+    meta = AttentionMetadata.build([[0, 1]], [6], [6], 4)
+    _unpack(model)
+    try:
+        with torch.inference_mode():
+            plain = model.compute_logits(model(ids, torch.arange(6),
+                                               model.allocate_kv_caches(2, 4), meta))
+            assert model.pack_linears(torch.bfloat16)
+            assert {layer.gate_up_packed.dtype for layer in model.layers} == {torch.bfloat16}
+            assert model.lm_head_packed.dtype == torch.float32
+            mixed = model.compute_logits(model(ids, torch.arange(6),
+                                               model.allocate_kv_caches(2, 4), meta))
+        assert mixed.dtype == torch.float32
+        assert 1e-5 < rel_err(mixed, plain) <= 5e-2
+    finally:
+        _unpack(model)  # other tests share the cached model

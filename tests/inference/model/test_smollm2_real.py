@@ -60,3 +60,28 @@ def test_capital_of_france_is_paris(ours):
     ids = ours.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
     answer = ours.tokenizer.decode(greedy(ours.model, ids, 24, ours.stop_token_ids))
     assert "Paris" in answer
+
+
+@pytest.mark.skipif(not __import__("kernels").bf16_matmul_supported(),
+                    reason="no native bfloat16 matmuls on this CPU")
+def test_bf16_matmuls_keep_the_answer():
+    """The opt-in mixed precision (bfloat16 projections, float32 elsewhere) on the real model:
+    the same greedy answer to the France prompt, logits within 5 % of float32."""
+    from inference.model import AttentionMetadata
+
+    exact, mixed = load_model(), load_model()
+    exact.model.pack_linears()
+    mixed.model.pack_linears(torch.bfloat16)
+    ids = exact.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    meta = AttentionMetadata.build([list(range(-(-len(ids) // 16)))], [len(ids)], [len(ids)], 16)
+    logits = []
+    with torch.inference_mode():
+        for loaded in (exact, mixed):
+            caches = loaded.model.allocate_kv_caches(len(meta.block_tables[0]), 16)
+            hidden = loaded.model(torch.tensor(ids), torch.arange(len(ids)), caches, meta)
+            logits.append(loaded.model.compute_logits(hidden[-1:]))
+    err = float((logits[1] - logits[0]).norm() / logits[0].norm())
+    assert 0 < err <= 0.05
+    answers = [greedy(x.model, ids, 24, x.stop_token_ids) for x in (exact, mixed)]
+    assert answers[0] == answers[1], [exact.tokenizer.decode(a) for a in answers]
+    assert "Paris" in exact.tokenizer.decode(answers[1])
