@@ -12,10 +12,12 @@ class LaserPolicyConfig:
 
     Reserve: hot keeps headroom of tokens per step and KV blocks sized from its recent demand
     (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
-    Chunking: when hot decodes run, the step is sized to fit ``tbt_safety`` of the tightest hot
-    TBT target; non-hot prefill is deferred while a hot request's TTFT slack is below
+    Chunking: when hot decodes run, the step is sized to fit a safety fraction of the tightest
+    hot TBT target: ``tbt_safety`` at least, up to ``tbt_safety_max`` as far as the worst ratio
+    of measured to estimated step time over the last ``error_window_steps`` steps allows;
+    non-hot prefill is deferred while a hot request's TTFT slack is below
     ``ttft_slack_frac`` of its target, and cold decodes sit those steps out. Warm floor:
-    while warm decodes run, the step is also sized to fit ``tbt_safety`` of the gap that
+    while warm decodes run, the step is also sized to fit the same fraction of the gap that
     keeps warm's contracted rate floor.
     Demotion: hot slack below ``pressure_slack_frac`` of target for ``pressure_window_s``
     demotes up to ``demote_fraction`` of demotable hot sessions (lowest weight first); they
@@ -24,9 +26,13 @@ class LaserPolicyConfig:
     ``cold_need_safety``); without borrowing warm is held to ``warm_share`` of the budget.
     Cold: ordered by least slack, promoted when slack falls under ``promote_slack_s``;
     admission refuses cold work whose serial completion bound misses its deadline.
+    Triage: when waiting hot requests cannot all meet their TTFT deadlines, the fewest (by
+    Moore-Hodgson) are served after the others instead of making the rest miss too.
     Overload: a hot request whose estimated TTFT exceeds ``overload_ttft_factor`` times its
-    target is refused with a retry-after estimate.
+    target is refused with a retry-after estimate (with triage: only one triage serves late).
     Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
+    Hot ignores the warm floor's cap when ``hot_over_warm_floor`` (the floor is a mean rate
+    over a window; a hot burst's longer steps cost it little).
     """
 
     reserve_enabled: bool = True
@@ -36,6 +42,8 @@ class LaserPolicyConfig:
     reserve_min_tokens: int = 0
     chunking_enabled: bool = True
     tbt_safety: float = 0.8
+    tbt_safety_max: float = 0.95
+    error_window_steps: int = 512
     ttft_slack_frac: float = 0.25
     warm_floor_enabled: bool = True
     demotion_enabled: bool = True
@@ -55,6 +63,8 @@ class LaserPolicyConfig:
     aging_enabled: bool = True
     aging_warm_s: float = 30.0
     aging_cold_s: float = 1800.0
+    hot_over_warm_floor: bool = True
+    triage_enabled: bool = True
 
     def __post_init__(self) -> None:
         for name in ("reserve_margin", "reserve_window_s", "pressure_window_s",
@@ -62,12 +72,16 @@ class LaserPolicyConfig:
                      "cold_refresh_s", "overload_ttft_factor", "aging_warm_s", "aging_cold_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative")
-        for name in ("reserve_max_frac", "tbt_safety", "ttft_slack_frac", "pressure_slack_frac",
-                     "demote_fraction", "warm_share"):
+        for name in ("reserve_max_frac", "tbt_safety", "tbt_safety_max", "ttft_slack_frac",
+                     "pressure_slack_frac", "demote_fraction", "warm_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1]")
         if self.reserve_min_tokens < 0:
             raise ValueError("reserve_min_tokens must be non-negative")
+        if self.tbt_safety_max < self.tbt_safety:
+            raise ValueError("tbt_safety_max cannot be below tbt_safety")
+        if self.error_window_steps < 1:
+            raise ValueError("error_window_steps must be at least 1")
 
     @classmethod
     def none(cls) -> LaserPolicyConfig:
@@ -75,4 +89,5 @@ class LaserPolicyConfig:
         return cls(reserve_enabled=False, chunking_enabled=False, warm_floor_enabled=False,
                    demotion_enabled=False, borrowing_enabled=False, warm_share=1.0,
                    cold_slack_enabled=False,
-                   admission_enabled=False, overload_enabled=False, aging_enabled=False)
+                   admission_enabled=False, overload_enabled=False, aging_enabled=False,
+                   hot_over_warm_floor=False, triage_enabled=False)

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from inference.kv.block_manager import BlockCopy
+from inference.request import Tier
 from inference.scheduler.cost import max_tokens_within
 from inference.scheduler.laser.slack import hot_slack_frac, warm_gap_s
 from inference.scheduler.plan import ScheduledSeq
@@ -18,8 +19,10 @@ from inference.sequence import Sequence, SequenceStatus
 if TYPE_CHECKING:
     from inference.scheduler.laser.policy import LaserScheduler
 
-MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent
+MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
+# a floor for every waiting hot prompt would add up past the cap in a burst)
 RUNNING = SequenceStatus.RUNNING
+HOT = Tier.HOT
 
 
 class StepFill:
@@ -36,7 +39,10 @@ class StepFill:
         self.context = 0
         self._admit_closed = False
         self._spent: set[int] = set()  # classes whose allowance is used up
-        self.cap_s: float | None = None  # step time the TBT / warm-floor cap allows
+        self.cap_s: float | None = None  # step time the TBT / warm-floor caps allow
+        self.hot_cap_s: float | None = None  # the same for hot's own chunks
+        self.finish_by: float | None = None  # earliest on-time first-token deadline taken
+        self.hot_floor = MIN_HOT_CHUNK  # until the step holds a hot prefill chunk
         self._attn = getattr(sched.cost, "prefill_attn_s", None)
         self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
 
@@ -103,14 +109,14 @@ class StepFill:
             paused = [q for k, q in decodes if k[0] == 3]
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if k[0] != 3]
-        self.cap = self.budget
-        gaps = hot_tbt if p.chunking_enabled else []
-        if p.warm_floor_enabled:
-            gaps = gaps + [warm_gap_s(q.targets) for k, q in decodes if k[0] == 2]
-        if gaps:
-            self.cap_s = p.tbt_safety * min(gaps)
-            fit = max_tokens_within(s.cost, self.cap_s, self.context, self.budget)
-            self.cap = max(len(decodes), fit)
+        safety = s.tbt_safety()
+        hot_caps = [safety * g for g in hot_tbt] if p.chunking_enabled else []
+        warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
+                ] if p.warm_floor_enabled else []
+        self.hot_cap_s = min(hot_caps + ([] if p.hot_over_warm_floor else warm), default=None)
+        self.cap_s = min(hot_caps + warm, default=None)
+        self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
+        self.cap = self._tokens_within(self.cap_s, len(decodes))
         self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
         self.hold_blocks = s.reserve.blocks(s.kv.num_blocks) if p.reserve_enabled else 0
         if p.borrowing_enabled:
@@ -120,10 +126,15 @@ class StepFill:
             self.warm_cap = int(p.warm_share * self.budget)
         return decodes
 
+    def _tokens_within(self, seconds: float | None, floor: int) -> int:
+        if seconds is None:
+            return self.budget
+        return max(floor, max_tokens_within(self.s.cost, seconds, self.context, self.budget))
+
     def _allowance(self, cls: int) -> int:
         left = self.budget - self.used
         if cls == 0:
-            return min(left, max(self.cap - self.used, MIN_HOT_CHUNK))
+            return min(left, max(self.hot_cap - self.used, self.hot_floor))
         if self.defer:
             return 0
         n = min(left - max(0, self.hold_tokens - self.used_by_class[0]), self.cap - self.used)
@@ -154,19 +165,42 @@ class StepFill:
             self._run_one(key, seq, n)
 
     def _fit_attention(self, seq: Sequence, n: int, hot: bool) -> int:
-        """Shrink a prefill chunk until the step, with its chunks' attention (quadratic in the
-        chunk, linear in cached context; estimators that price it expose ``prefill_attn_s``),
-        still fits the time cap. Hot keeps at least ``MIN_HOT_CHUNK``; others may get 0."""
-        if self.cap_s is None or self._attn is None:
+        """Largest prefill chunk up to ``n`` whose step, with its chunks' attention (quadratic
+        in the chunk, linear in cached context; estimators that price it expose
+        ``prefill_attn_s``), still fits the time cap and ends before the TTFT deadline of any
+        hot request this step already gives its first token (no chunk makes an on-time first
+        token late). The step's first hot chunk keeps at least ``MIN_HOT_CHUNK``; others
+        may get 0."""
+        limit = self.hot_cap_s if hot else self.cap_s
+        if self.finish_by is not None:
+            by = self.finish_by - self.now
+            limit = by if limit is None else min(limit, by)
+        if limit is None:
             return n
-        cost, start = self.s.cost, seq.num_computed_tokens
-        floor = min(n, MIN_HOT_CHUNK) if hot else 1
-        while cost.step_time(self.used + n, self.context) + self.attn_s + self._attn(
-                start, n) > self.cap_s:
-            if n <= floor:
-                return n if hot else 0
-            n = max(floor, n * 3 // 4)
-        return n
+        floor = min(n, self.hot_floor) if hot else 0
+        if self._step_s(seq, n) <= limit:
+            return n
+        if floor and self._step_s(seq, floor) > limit:
+            return floor
+        lo, hi = floor, n  # lo fits (or is 0), hi does not: bisect, step time grows with n
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._step_s(seq, mid) <= limit:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def estimate_s(self) -> float:
+        """Estimated seconds of the step as filled so far."""
+        return self.s.cost.step_time(self.used, self.context) + self.attn_s
+
+    def _step_s(self, seq: Sequence, n: int) -> float:
+        """Estimated seconds of this step with ``n`` more prompt tokens of ``seq``."""
+        t = self.s.cost.step_time(self.used + n, self.context) + self.attn_s
+        if self._attn is not None and n > 1:
+            t += self._attn(seq.num_computed_tokens, n)
+        return t
 
     def _admit(self, key: tuple, seq: Sequence, n: int) -> None:
         s, cls = self.s, key[0]
@@ -203,6 +237,13 @@ class StepFill:
         self.used += got[0].num_tokens
         self.used_by_class[cls] += got[0].num_tokens
         self.attn_s += self._chunk_attn(got[0])
+        if cls == 0 and got[0].num_tokens > 1:
+            self.hot_floor = 0
+        if got[0].sample and seq.first_token_time is None and seq.tier is HOT:
+            deadline = seq.arrival_time + seq.targets.ttft_p99_s
+            end = self.now + self.estimate_s()
+            if end <= deadline and (self.finish_by is None or deadline < self.finish_by):
+                self.finish_by = deadline  # later chunks must not make this one late
         if cls == 0:
             self.hot_blocks += len(seq.block_ids)
 

@@ -21,6 +21,7 @@ from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
 from inference.scheduler.laser.admission import check_cold, check_hot
 from inference.scheduler.laser.config import LaserPolicyConfig
+from inference.scheduler.laser.estimate import EstimateError
 from inference.scheduler.laser.fill import StepFill
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.reserve import HotReserve
@@ -30,6 +31,7 @@ from inference.scheduler.laser.slack import (
     cold_slack,
     prefill_left,
 )
+from inference.scheduler.laser.triage import HotJob, late_jobs, prefill_work_s
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
@@ -48,6 +50,7 @@ class LaserScheduler(Scheduler):
         self.reserve = HotReserve(p.reserve_window_s, p.reserve_margin, p.reserve_max_frac,
                                   p.reserve_min_tokens)
         self.pressure = PressureTracker(p.pressure_window_s, p.restore_window_s)
+        self.est_error = EstimateError(p.error_window_steps)
         self.speeds = Speeds.measure(self.cost, 1, 0, config.long_prefill_chunk,
                                      config.max_num_batched_tokens)
         self.demoted: set[str] = set()  # request ids
@@ -63,11 +66,19 @@ class LaserScheduler(Scheduler):
         self._hot_refused = False
         self._hot_min_slack = math.inf
         self._keys: dict[str, tuple] = {}  # seq id -> key(); cleared when ranks or slack move
+        self.hot_late: set[str] = set()  # hot seq ids triage serves after the on-time ones
+        self._hot_step_tokens = config.max_num_batched_tokens  # hot's share of the last step
 
     # ---- engine hooks ---------------------------------------------------------------------
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         """Feed a measured step time to the cost estimator (the real engine calls this)."""
         self.cost.observe_step(num_tokens, seconds)
+        self.est_error.observe(seconds)
+
+    def tbt_safety(self) -> float:
+        """Fraction of a TBT target a capped step may fill, given recent estimate errors."""
+        p = self.policy
+        return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
 
     def reserved_idle_blocks(self) -> int:
         """KV blocks held back for hot and not in use right now."""
@@ -98,7 +109,8 @@ class LaserScheduler(Scheduler):
         if cls in (1, 3) and self.policy.cold_slack_enabled:
             return (cls, self.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
         if cls == 0:  # earliest TTFT deadline first: a short prompt need not wait for a long one
-            return (0, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
+            late = 1 if seq.seq_id in self.hot_late else 0  # triage: late ones after the rest
+            return (0, late, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
         return (cls, seq.arrival_time, seq.seq_id)
 
     # ---- admission ------------------------------------------------------------------------
@@ -111,13 +123,51 @@ class LaserScheduler(Scheduler):
                        concurrency=self._cold_concurrency(seqs, len(admitted)),
                        safety=p.cold_need_safety)
         elif head.tier is HOT and p.overload_enabled:
-            queued = sum(prefill_left(s) for s in self.seqs.values()
-                         if s.first_token_time is None and self.rank(s) == 0)
             try:
-                check_hot(head, queued, now, self.speeds, p.overload_ttft_factor)
+                if p.triage_enabled:
+                    self._check_hot_triage(head, now)
+                else:
+                    queued = sum(prefill_left(s) for s in self.seqs.values()
+                                 if s.first_token_time is None and self.rank(s) == 0)
+                    check_hot(head, queued, now, self.speeds, p.overload_ttft_factor)
             except EngineOverloaded:
                 self._hot_refused = True
                 raise
+
+    # ---- hot triage -----------------------------------------------------------------------
+    def _hot_pending(self) -> list[Sequence]:
+        """Hot sequences still owed their first token (aged ones keep plain EDF)."""
+        return [s for q in (self.running, self.waiting) for s in q
+                if s.tier is HOT and s.first_token_time is None and s.seq_id not in self.aged]
+
+    def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
+        step = min(self._hot_step_tokens, self.config.long_prefill_chunk)
+        work = prefill_work_s(self.speeds, step, getattr(self.cost, "prefill_attn_s", None))
+        return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s)) for s in seqs]
+
+    def _triage(self, now: float) -> None:
+        pending = self._hot_pending()
+        late = late_jobs(self._hot_jobs(pending), now) if len(pending) > 1 else set()
+        for seq_id in late ^ self.hot_late:
+            self._keys.pop(seq_id, None)
+        self.hot_late = late
+
+    def _check_hot_triage(self, head: Sequence, now: float) -> None:
+        """Refuse a hot request that triage would serve late *and* whose estimated TTFT, behind
+        the on-time work and the late work due before it, passes the overload factor."""
+        jobs = self._hot_jobs(self._hot_pending() + [head])
+        late = late_jobs(jobs, now)
+        if head.seq_id not in late:
+            return
+        mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
+        ahead = sum(j.work_s for j in jobs
+                    if j.seq_id not in late or (j.deadline, j.seq_id) <= mine)
+        ttft = now - head.arrival_time + ahead
+        limit = self.policy.overload_ttft_factor * head.targets.ttft_p99_s
+        if ttft > limit:
+            raise EngineOverloaded(
+                f"hot queue is full: estimated time to first token {ttft:.2f} s exceeds "
+                f"{limit:.2f} s", tier=head.tier, retry_after_s=round(ttft - limit, 3))
 
     def _cold_concurrency(self, seqs: list[Sequence], num_admitted: int) -> int:
         per_seq = max(1, seqs[0].num_tokens + seqs[0].remaining_output)
@@ -139,6 +189,8 @@ class LaserScheduler(Scheduler):
                 self._refresh_cold(now, changes)
         if p.demotion_enabled:
             self._demotion_step(now, changes)
+        if p.triage_enabled:
+            self._triage(now)
         fill = StepFill(self, now)
         fill.run()
         self._after_step(fill)
@@ -151,6 +203,8 @@ class LaserScheduler(Scheduler):
         budget = self.config.max_num_batched_tokens
         self._context = fill.context
         self._hot_min_slack = fill.hot_min_slack
+        self._hot_step_tokens = max(1, fill.hot_cap)
+        self.est_error.expect(fill.estimate_s() if fill.used else 0.0)
         other = fill.used_by_class[0] + fill.used_by_class[2]
         self._other_load += 0.05 * (min(1.0, other / budget) - self._other_load)
         if self.policy.reserve_enabled:
@@ -212,6 +266,7 @@ class LaserScheduler(Scheduler):
     def _finish(self, seq, status) -> None:
         super()._finish(seq, status)
         self._keys.pop(seq.seq_id, None)
+        self.hot_late.discard(seq.seq_id)
         self.promoted.discard(seq.seq_id)
         self.aged.discard(seq.seq_id)
         self.cold_slack.pop(seq.seq_id, None)

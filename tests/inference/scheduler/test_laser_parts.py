@@ -122,9 +122,10 @@ class AttentionCost(LinearCost):
 
 def test_prefill_chunk_shrinks_when_its_attention_would_break_the_tbt_cap():
     # 0.8 x 50 ms = 40 ms: 30 tokens (29 beside the hot decode) without attention; with it,
-    # a chunk over 34 cached tokens costs 4.4 ms a token: 29 shrinks by quarters to 6.
+    # a chunk after 28 cached tokens costs 3.8 ms a token (7 fit the 29 ms left), and after
+    # 35 cached ones 4.5 ms a token: the largest chunk that fits is 6.
     hot = ContractTargets(tbt_p99_s=0.05)
-    for cost, cached, expect in ((COST, 57, 29), (AttentionCost(0.01, 0.001), 34, 6)):
+    for cost, cached, expect in ((COST, 57, 29), (AttentionCost(0.01, 0.001), 35, 6)):
         sched = laser(replace(OFF, chunking_enabled=True), cost=cost, num_blocks=128,
                       max_num_batched_tokens=32, long_prefill_chunk=32)
         sched.add(make_request("h", 4, max_tokens=50, targets=hot), 0.0)
