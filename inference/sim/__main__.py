@@ -10,7 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from inference.scheduler import POLICIES
-from inference.sim.config import DEFAULT_BUDGET, SimConfig
+from inference.sim.bound import hot_miss_bound
+from inference.sim.config import DEFAULT_BUDGET, Contracts, SimConfig
+from inference.sim.cost_model import cost_model_for
 from inference.sim.goodput import find_goodput
 from inference.sim.loop import simulate
 from inference.sim.plots import write_plots
@@ -95,9 +97,17 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(summaries))
     if rat:
         print("\n" + format_ratios(rat))
+    bound = hot_miss_bound(trace, cost_model_for(args.gpu, args.model), Contracts(),
+                           budget=args.max_batched_tokens,
+                           chunk=args.chunk or args.max_batched_tokens,
+                           max_len=MODELS[args.model].max_context)
+    if bound is not None and bound.hot:
+        print(f"hot misses no policy avoids: >= {bound.misses} of {bound.hot} "
+              f"(hot attainment <= {bound.max_attainment:.1%})")
     report = {"title": title, "command": "python -m inference.sim " + " ".join(
         sys.argv[1:] if argv is None else argv), "date": datetime.date.today().isoformat(),
-        "requests": len(trace), "policies": summaries, "ratios": rat, "goodput_probes": probes}
+        "requests": len(trace), "policies": summaries, "ratios": rat, "goodput_probes": probes,
+        "hot_bound": None if bound is None else {"hot": bound.hot, "misses": bound.misses}}
     if args.out:
         write_json(args.out / "report.json", report)
         for f in write_plots(args.out, summaries, title, probes or None):

@@ -27,7 +27,10 @@ class LaserPolicyConfig:
     Cold: ordered by least slack, promoted when slack falls under ``promote_slack_s``;
     admission refuses cold work whose serial completion bound misses its deadline.
     Triage: when waiting hot requests cannot all meet their TTFT deadlines, the fewest (by
-    Moore-Hodgson) are served after the others instead of making the rest miss too.
+    Moore-Hodgson, demotable ones first) are served after the others instead of making the
+    rest miss too; with demotion on, demotable ones among them are demoted to warm, as long
+    as triage's demotions stay within ``triage_demotion_budget`` of the hot requests admitted
+    (the platform's default demotion budget is 5 %).
     Overload: a hot request whose estimated TTFT exceeds ``overload_ttft_factor`` times its
     target is refused with a retry-after estimate (with triage: only one triage serves late).
     Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
@@ -65,6 +68,7 @@ class LaserPolicyConfig:
     aging_cold_s: float = 1800.0
     hot_over_warm_floor: bool = True
     triage_enabled: bool = True
+    triage_demotion_budget: float = 0.04
 
     def __post_init__(self) -> None:
         for name in ("reserve_margin", "reserve_window_s", "pressure_window_s",
@@ -73,7 +77,8 @@ class LaserPolicyConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative")
         for name in ("reserve_max_frac", "tbt_safety", "tbt_safety_max", "ttft_slack_frac",
-                     "pressure_slack_frac", "demote_fraction", "warm_share"):
+                     "pressure_slack_frac", "demote_fraction", "warm_share",
+                     "triage_demotion_budget"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1]")
         if self.reserve_min_tokens < 0:

@@ -59,6 +59,7 @@ class LaserScheduler(Scheduler):
         self.cold_slack: dict[str, float] = {}
         self.cold_need = 0.0
         self.num_demotions = self.num_promotions = 0
+        self._hot_admitted = self._triage_demotions = 0
         self._refreshed = -math.inf
         self._last_tokens = 1
         self._context = 0
@@ -133,6 +134,8 @@ class LaserScheduler(Scheduler):
             except EngineOverloaded:
                 self._hot_refused = True
                 raise
+        if head.tier is HOT:
+            self._hot_admitted += 1
 
     # ---- hot triage -----------------------------------------------------------------------
     def _hot_pending(self) -> list[Sequence]:
@@ -143,22 +146,41 @@ class LaserScheduler(Scheduler):
     def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
         step = min(self._hot_step_tokens, self.config.long_prefill_chunk)
         work = prefill_work_s(self.speeds, step, getattr(self.cost, "prefill_attn_s", None))
-        return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s)) for s in seqs]
+        demote = self.policy.demotion_enabled
+        return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s),
+                       demote and s.targets.demotable) for s in seqs]
 
-    def _triage(self, now: float) -> None:
+    def _triage(self, now: float, changes: list) -> None:
+        """Mark the hot requests to serve late; demote those whose contract allows it (they
+        would miss their TTFT anyway: warm tells the client instead of failing it)."""
         pending = self._hot_pending()
         late = late_jobs(self._hot_jobs(pending), now) if len(pending) > 1 else set()
+        if late and self.policy.demotion_enabled:
+            for seq in pending:
+                if seq.seq_id in late and seq.targets.demotable and self._may_demote():
+                    late.discard(seq.seq_id)
+                    self._retier(seq.request_id, HOT, WARM, now, changes,
+                                 "time to first token out of reach in a hot burst")
+                    self.demoted.add(seq.request_id)
+                    self.num_demotions += 1
+                    self._triage_demotions += 1
         for seq_id in late ^ self.hot_late:
             self._keys.pop(seq_id, None)
         self.hot_late = late
+
+    def _may_demote(self) -> bool:
+        """Triage demotes within ``triage_demotion_budget`` of the hot requests admitted."""
+        budget = self.policy.triage_demotion_budget * self._hot_admitted
+        return self._triage_demotions + 1 <= budget
 
     def _check_hot_triage(self, head: Sequence, now: float) -> None:
         """Refuse a hot request that triage would serve late *and* whose estimated TTFT, behind
         the on-time work and the late work due before it, passes the overload factor."""
         jobs = self._hot_jobs(self._hot_pending() + [head])
         late = late_jobs(jobs, now)
-        if head.seq_id not in late:
-            return
+        if head.seq_id not in late or (self.policy.demotion_enabled
+                                       and head.targets.demotable and self._may_demote()):
+            return  # on time, or served as warm (demoted at the next step)
         mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
         ahead = sum(j.work_s for j in jobs
                     if j.seq_id not in late or (j.deadline, j.seq_id) <= mine)
@@ -190,7 +212,7 @@ class LaserScheduler(Scheduler):
         if p.demotion_enabled:
             self._demotion_step(now, changes)
         if p.triage_enabled:
-            self._triage(now)
+            self._triage(now, changes)
         fill = StepFill(self, now)
         fill.run()
         self._after_step(fill)

@@ -26,22 +26,33 @@ class HotJob:
     seq_id: str
     deadline: float  # arrival + TTFT target
     work_s: float  # estimated seconds of prefill left, the machine to itself
+    demotable: bool = False  # its contract lets the policy move it to warm
 
 
 def late_jobs(jobs: Iterable[HotJob], now: float) -> set[str]:
     """Moore-Hodgson: the ids to serve after the rest so that the rest meet their deadlines.
 
+    A demotable job is given up before the longest one: demoted, it leaves the hot share
+    instead of missing in it (so the count kept on time is optimal only among the others).
     Ties break on the id, so the result does not depend on the input order.
     """
-    heap: list[tuple[float, str]] = []  # (-work, id) of the jobs kept so far
+    longest: list[tuple[float, str]] = []  # (-work, id) of the jobs kept so far
+    demotable: list[tuple[float, str]] = []  # the same, demotable ones only
     finish, late = now, set()
     for job in sorted(jobs, key=lambda j: (j.deadline, j.seq_id)):
-        heapq.heappush(heap, (-job.work_s, job.seq_id))
+        heapq.heappush(longest, (-job.work_s, job.seq_id))
+        if job.demotable:
+            heapq.heappush(demotable, (-job.work_s, job.seq_id))
         finish += job.work_s
-        if finish > job.deadline:
-            work, seq_id = heapq.heappop(heap)  # the longest so far (smallest id on ties)
+        while finish > job.deadline and longest:  # (a job due before ``now`` empties it)
+            heap = demotable if demotable else longest
+            work, seq_id = heapq.heappop(heap)  # the longest (smallest id on ties)
+            if seq_id in late:
+                continue  # already given up through the other heap
             finish += work
             late.add(seq_id)
+        while demotable and demotable[0][1] in late:
+            heapq.heappop(demotable)
     return late
 
 

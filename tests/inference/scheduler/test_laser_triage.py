@@ -75,6 +75,39 @@ def test_triage_does_not_depend_on_input_order(spec, rnd):
     assert late_jobs(jobs, 0.0) == late_jobs(shuffled, 0.0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.01, 1.0), st.floats(-1.0, 3.0), st.booleans()),
+                max_size=8))
+def test_with_demotable_jobs_the_kept_ones_still_meet_their_deadlines(spec):
+    jobs = [HotJob(f"j{i}", d, w, demotable) for i, (w, d, demotable) in enumerate(spec)]
+    late = late_jobs(jobs, 0.0)
+    kept = [j for j in jobs if j.seq_id not in late]
+    assert _on_time_in_edf(kept)
+    assert all(j.seq_id in late for j in jobs if j.deadline < 0)  # due before now
+
+
+def test_a_demotable_job_is_given_up_before_a_longer_one():
+    jobs = [HotJob("long", 1.0, 0.6), HotJob("short", 1.0, 0.5, demotable=True)]
+    assert late_jobs(jobs, 0.0) == {"short"}
+    assert late_jobs([replace(j, demotable=False) for j in jobs], 0.0) == {"long"}
+
+
+@pytest.mark.parametrize("budget", [0.5, 0.0])
+def test_triage_demotes_a_demotable_late_request_within_its_budget(budget):
+    policy = replace(TRIAGE, demotion_enabled=True, triage_demotion_budget=budget)
+    sched = laser(policy, max_num_batched_tokens=16, long_prefill_chunk=16)
+    sched.add(hot("a", 32, 0.07), 0.0)
+    sched.add(hot("b", 40, 0.12, demotable=True), 0.0)
+    sched.add(hot("c", 16, 0.13), 0.0)
+    plan = step(sched, 0.0)
+    changes = [(seq_id, c.to_tier) for seq_id, c in plan.tier_changes]
+    if budget:  # 0.5 x 3 admitted: one demotion allowed
+        assert changes == [("b-0", Tier.WARM)] and sched.seqs["b-0"].tier is Tier.WARM
+        assert sched.hot_late == set() and sched.num_demotions == 1
+    else:
+        assert changes == [] and sched.hot_late == {"b-0"}
+
+
 def test_a_burst_gives_up_the_long_prompt_not_everyone_behind_it():
     # 16-token steps of 26 ms: A needs 2 (52 ms), B 2.5, C 1. Plain EDF serves B second
     # (C fills B's last half step) and both B and C miss; triage serves B last: only B misses.
