@@ -118,6 +118,11 @@ class LaserScheduler(Scheduler):
     def admit(self, seqs: list[Sequence], now: float) -> None:
         super().admit(seqs, now)
         p, head = self.policy, seqs[0]
+        if head.tier is COLD:
+            # rank (and maybe promote) the newcomer at the next step, not up to a refresh
+            # period later: unranked, it sorted after every promoted job and was the first
+            # preempted, however tight its deadline
+            self._refreshed = -math.inf
         if head.tier is COLD and p.admission_enabled and head.deadline is not None:
             admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
             check_cold(seqs, admitted, now, self.speeds, share=1.0 - self._other_load,
@@ -174,22 +179,27 @@ class LaserScheduler(Scheduler):
         return self._triage_demotions + 1 <= budget
 
     def _check_hot_triage(self, head: Sequence, now: float) -> None:
-        """Refuse a hot request that triage would serve late *and* whose estimated TTFT, behind
-        the on-time work and the late work due before it, passes the overload factor."""
+        """Refuse a hot request that triage would serve late *and* that would wait, behind the
+        on-time work and the late work due before it, past the overload factor.
+
+        Its own prefill is not counted: overload is about the queue. A prompt whose prefill
+        alone exceeds the limit (a long one on a CPU) would otherwise be refused on an idle
+        engine, and on every retry, so it could never be served at all.
+        """
         jobs = self._hot_jobs(self._hot_pending() + [head])
         late = late_jobs(jobs, now)
         if head.seq_id not in late or (self.policy.demotion_enabled
                                        and head.targets.demotable and self._may_demote()):
             return  # on time, or served as warm (demoted at the next step)
         mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
-        ahead = sum(j.work_s for j in jobs
-                    if j.seq_id not in late or (j.deadline, j.seq_id) <= mine)
-        ttft = now - head.arrival_time + ahead
+        ahead = sum(j.work_s for j in jobs if j.seq_id != head.seq_id
+                    and (j.seq_id not in late or (j.deadline, j.seq_id) <= mine))
+        wait = now - head.arrival_time + ahead
         limit = self.policy.overload_ttft_factor * head.targets.ttft_p99_s
-        if ttft > limit:
+        if wait > limit:
             raise EngineOverloaded(
-                f"hot queue is full: estimated time to first token {ttft:.2f} s exceeds "
-                f"{limit:.2f} s", tier=head.tier, retry_after_s=round(ttft - limit, 3))
+                f"hot queue is full: estimated wait before this request's prefill {wait:.2f} s "
+                f"exceeds {limit:.2f} s", tier=head.tier, retry_after_s=round(wait - limit, 3))
 
     def _cold_concurrency(self, seqs: list[Sequence], num_admitted: int) -> int:
         per_seq = max(1, seqs[0].num_tokens + seqs[0].remaining_output)

@@ -44,7 +44,9 @@ def late_jobs(jobs: Iterable[HotJob], now: float) -> set[str]:
         if job.demotable:
             heapq.heappush(demotable, (-job.work_s, job.seq_id))
         finish += job.work_s
-        while finish > job.deadline and longest:  # (a job due before ``now`` empties it)
+        # (a job due before ``now`` empties it; the tolerance keeps a job that ends exactly
+        # at its deadline from being given up for float rounding in the running sum)
+        while finish > job.deadline + 1e-9 and longest:
             heap = demotable if demotable else longest
             work, seq_id = heapq.heappop(heap)  # the longest (smallest id on ties)
             if seq_id in late:
