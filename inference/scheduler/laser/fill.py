@@ -154,10 +154,12 @@ class StepFill:
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
             return
-        if cls > 0 and self.hold_blocks:
+        if cls > 0 and self.hold_blocks and is_waiting:
+            # the hot reserve keeps new cold/warm prompts out; a prompt already running goes on
+            # into it (hot preempts it if it needs the blocks): held back, running prefills
+            # that between them filled the pool waited for each other forever
             if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
-                if is_waiting:
-                    self._admit_closed = True
+                self._admit_closed = True
                 return
         if is_waiting:
             self._admit(key, seq, n)

@@ -199,3 +199,27 @@ def test_sustained_pressure_demotes_then_restores_with_reasons():
         later += step(sched, float(t)).tier_changes
     assert [(sid, c.to_tier, c.reason) for sid, c in later] == [
         ("light-0", Tier.HOT, "hot pressure ended")]
+
+
+def test_running_prefills_may_go_into_the_hot_block_reserve():
+    # Hot held up to 20 blocks a moment ago, so 25 stay free for it; cold prompts of 40 tokens
+    # (10 blocks) come in 8-token chunks, up to 8 chunks a step. New ones stop at the reserve,
+    # but the ones already running must go on into it: held back as well, they held blocks
+    # and waited for each other, and the engine spun through empty steps until some hot
+    # request came by.
+    from inference.scheduler import LaserPolicyConfig, LinearCost
+    from tests.inference.factories import run_timed
+
+    sched = make_scheduler("laser", num_blocks=64, block_size=4, max_num_batched_tokens=64,
+                           long_prefill_chunk=8,
+                           options={"policy_config": LaserPolicyConfig(),
+                                    "cost": LinearCost(0.01, 0.001)})
+    sched.reserve.observe(0.0, 0, 20)
+    sched.reserve.observe(0.0, 0, 0)
+    assert sched.reserve.blocks(64) == 25
+    arrivals = [(0.0, make_request(f"c{i}", 40, max_tokens=2, tier=Tier.COLD, deadline=1e6,
+                                   salt=f"c{i}")) for i in range(8)]
+    plans, finished, refused = run_timed(sched, arrivals, LinearCost(0.01, 0.001),
+                                         max_steps=500)
+    assert not refused and len(finished) == 8
+    assert all(p.num_batched_tokens > 0 for p in plans)
