@@ -61,15 +61,17 @@ def late_jobs(jobs: Iterable[HotJob], now: float) -> set[str]:
 def prefill_work_s(sp: Speeds, step_tokens: int,
                    attn: Callable[[int, int], float] | None) -> Callable[[Sequence], float]:
     """Seconds a hot prefill needs when it gets ``step_tokens`` tokens a step: its tokens at
-    the marginal rate, a step's fixed cost per chunk, and the chunks' attention when the
-    estimator prices it (``prefill_attn_s``)."""
+    the marginal rate, its share of the steps' fixed cost (the fraction of a step's tokens it
+    fills: short prompts share one step, and a whole fixed cost each made 16 simultaneous
+    40-token chats on a CPU look 2 s deep), and the chunks' attention when the estimator
+    prices it (``prefill_attn_s``)."""
     step_tokens = max(1, step_tokens)
 
     def work(seq: Sequence) -> float:
         left = prefill_left(seq) + 1  # the last prompt token runs in the sampling step
         start = seq.num_tokens - left
         steps = -(-left // step_tokens)
-        t = left * sp.per_token_s + steps * sp.base_s
+        t = left * sp.per_token_s + left / step_tokens * sp.base_s
         if attn is not None:
             for k in range(steps):
                 n = min(step_tokens, left - k * step_tokens)
