@@ -8,6 +8,7 @@ cost model in, and the real engine uses ``EwmaCostEstimator``, which learns a li
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -28,10 +29,15 @@ def max_tokens_within(est: CostEstimator, seconds: float, context_tokens: int,
     """
     if est.step_time(upper, context_tokens) <= seconds:
         return upper
-    lo, hi = 0, upper
+    return largest_fitting(0, upper, lambda n: est.step_time(n, context_tokens) <= seconds)
+
+
+def largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """Largest ``n`` in ``[lo, hi)`` with ``fits(n)``, by bisection; ``fits`` is monotone
+    (true up to some count, false after), ``fits(hi)`` is false and ``lo`` fits or is 0."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if est.step_time(mid, context_tokens) <= seconds:
+        if fits(mid):
             lo = mid
         else:
             hi = mid

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from inference.kv.block_manager import BlockCopy
 from inference.request import Tier
-from inference.scheduler.cost import max_tokens_within
+from inference.scheduler.cost import largest_fitting, max_tokens_within
 from inference.scheduler.laser.slack import hot_slack_frac, warm_gap_s
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence, SequenceStatus
@@ -184,14 +184,8 @@ class StepFill:
             return n
         if floor and self._step_s(seq, floor) > limit:
             return floor
-        lo, hi = floor, n  # lo fits (or is 0), hi does not: bisect, step time grows with n
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._step_s(seq, mid) <= limit:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        # floor fits (or is 0), n does not; the step time grows with the chunk
+        return largest_fitting(floor, n, lambda m: self._step_s(seq, m) <= limit)
 
     def estimate_s(self) -> float:
         """Estimated seconds of the step as filled so far."""
