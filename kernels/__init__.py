@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kernels.activation import silu_and_mul
 from kernels.cpu_allocator import tune_cpu_allocator
-from kernels.decode_attention import paged_decode_attention
+from kernels.decode_attention import block_index, paged_decode_attention
 from kernels.dispatch import backend, use_triton
 from kernels.kv_cache import write_kv
 from kernels.linear import bf16_matmul_supported, linear, pack_linear_weight
@@ -20,6 +20,7 @@ from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
     "backend",
+    "block_index",
     "build_cos_sin_cache",
     "linear",
     "pack_linear_weight",

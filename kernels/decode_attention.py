@@ -58,10 +58,12 @@ def paged_decode_attention_reference(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`."""
-    blocks, valid, invalid = block_index(block_tables, seq_lens, int(seq_lens.max()),
-                                         k_cache.shape[1])
+    if index is None:
+        index = block_index(block_tables, seq_lens, int(seq_lens.max()), k_cache.shape[1])
+    blocks, valid, invalid = index
     # CPU half-precision matmuls are slow and lossy: compute in float32 there
     work = q.dtype if q.is_cuda else torch.float32
     k = gather_rows(k_cache, blocks, invalid, q.shape[0]).to(work)  # [S, KVH, P, D]
@@ -79,6 +81,7 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per sequence over its paged KV cache.
 
@@ -88,6 +91,9 @@ def paged_decode_attention(
         block_tables: ``[num_seqs, max_blocks]`` int32; unused entries arbitrary.
         seq_lens: ``[num_seqs]`` int32, cached tokens including the current one (>= 1).
         scale: softmax scale, usually ``head_dim ** -0.5``.
+        index: ``block_index(block_tables, seq_lens, max(seq_lens), block_size)`` when the
+            caller has it (it is the same for every layer of a step); the reference path
+            computes it otherwise, the Triton kernel does not use it.
 
     Returns:
         ``[num_seqs, num_heads, head_dim]`` in ``q.dtype``.
@@ -98,4 +104,5 @@ def paged_decode_attention(
         from kernels._triton.decode_attention import paged_decode_attention_triton
 
         return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    return paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, scale,
+                                            index)

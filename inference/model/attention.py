@@ -50,8 +50,9 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache
         kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_decode_only:
+            index = None if kernels.use_triton(q) else meta.decode_index(k_cache.shape[1])
             out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
-                                                 meta.seq_lens, self.scale)
+                                                 meta.seq_lens, self.scale, index)
         else:
             out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                                   meta.query_start_loc, meta.seq_lens, self.scale)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+import kernels
 
 
 @dataclass(slots=True)
@@ -31,6 +33,15 @@ class AttentionMetadata:
     seq_lens: torch.Tensor
     max_query_len: int
     max_seq_len: int
+    _decode_index: tuple | None = field(default=None, init=False, repr=False)
+
+    def decode_index(self, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``kernels.block_index`` of this step's sequences: the same for every layer, so
+        computed once per step (the object lives for one step) instead of once per layer."""
+        if self._decode_index is None:
+            self._decode_index = kernels.block_index(self.block_tables, self.seq_lens,
+                                                     self.max_seq_len, block_size)
+        return self._decode_index
 
     @property
     def is_decode_only(self) -> bool:
