@@ -27,7 +27,8 @@ class EngineConfig:
             docs/benchmarks.md), so it is opt-in there.
         matmul_dtype: CPU only: ``bfloat16`` runs the layers' projections of a float32 model
             on the CPU's bfloat16 units (mixed precision: half the weight bytes, float32
-            everywhere else, the LM head float32); None or ``float32`` keeps them exact;
+            everywhere else, the LM head's best logits rescored in float32); None or
+            ``float32`` keeps them exact;
             ``auto`` is bfloat16 where the CPU has native bfloat16 matmuls (AMX, AVX512-BF16)
             and float32 elsewhere. The engine's default is exact; the platform serves with
             ``auto`` (the logits move by about 1 %, the answers did not: docs/engine.md).

@@ -12,6 +12,8 @@ from .attention import Attention
 from .config import ModelConfig
 from .metadata import AttentionMetadata
 
+SCREEN_TOP = 64  # logits recomputed exactly after a bfloat16 screening of the vocabulary
+
 
 def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
@@ -70,15 +72,17 @@ class LlamaModel(nn.Module):
                                                                       config.hidden_size)
         self.cos_sin_cache: torch.Tensor | None = None
         self.lm_head_packed: torch.Tensor | None = None
+        self.lm_head_screen: torch.Tensor | None = None  # bfloat16 head, see compute_logits
 
     def pack_linears(self, matmul_dtype: torch.dtype | None = None) -> bool:
         """Keep a packed copy of every projection and the LM head for ``kernels.linear``
         (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
 
         ``matmul_dtype`` (bfloat16 for a float32 model) packs the layers' projections in that
-        dtype: mixed precision, see ``kernels.linear``. The LM head stays in the model's dtype:
-        rounding it to bfloat16 too changes SmolLM2's greedy answers far more than rounding the
-        layers' weights (``bench/cpu_precision.py``, docs/benchmarks.md).
+        dtype: mixed precision, see ``kernels.linear``. The LM head keeps its own dtype for the
+        largest logits: rounding it to bfloat16 changes SmolLM2's greedy answers far more than
+        rounding the layers' weights (``bench/cpu_precision.py``, docs/benchmarks.md); a
+        bfloat16 copy only screens the vocabulary (``compute_logits``).
         """
         for layer in self.layers:
             attn = layer.attn
@@ -88,6 +92,9 @@ class LlamaModel(nn.Module):
             layer.down_packed = kernels.pack_linear_weight(layer.down_weight, matmul_dtype)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
+        self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype)
+                               if matmul_dtype is not None and matmul_dtype != head.dtype
+                               else None)
         return self.lm_head_packed is not None
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
@@ -112,9 +119,20 @@ class LlamaModel(nn.Module):
         return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled."""
+        """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled.
+
+        With a bfloat16 screening head (mixed precision) the whole vocabulary is scored in
+        bfloat16 (half the bytes of the largest matrix), then the `SCREEN_TOP` best of each row
+        are scored again exactly with the model's own head: the greedy choice and the logits
+        that carry the probability mass are exact, the far tail is off by bfloat16 rounding.
+        """
         weight = self.embed_tokens if self.lm_head is None else self.lm_head
-        return kernels.linear(hidden, weight, self.lm_head_packed)
+        if self.lm_head_screen is None:
+            return kernels.linear(hidden, weight, self.lm_head_packed)
+        logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
+        top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]
+        exact = torch.einsum("nd,nkd->nk", hidden, weight[top])
+        return logits.scatter_(1, top, exact)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],

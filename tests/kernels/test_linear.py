@@ -42,7 +42,7 @@ def _unpack(model) -> None:
     for layer in model.layers:
         layer.attn.qkv_packed = layer.attn.o_packed = None
         layer.gate_up_packed = layer.down_packed = None
-    model.lm_head_packed = None
+    model.lm_head_packed = model.lm_head_screen = None
 
 
 def test_model_pack_linears_keeps_logits():
@@ -113,3 +113,30 @@ def test_model_packs_layers_in_bf16_and_keeps_the_head_exact():
         assert 1e-5 < rel_err(mixed, plain) <= 5e-2
     finally:
         _unpack(model)  # other tests share the cached model
+
+
+@needs_bf16
+def test_screened_lm_head_is_exact_where_it_matters():
+    """Mixed precision scores the vocabulary with a bfloat16 head and rescores the best
+    ``SCREEN_TOP`` of each row exactly: the largest logits equal the float32 head's, so does
+    the argmax, and the tail stays within bfloat16 rounding."""
+    from inference.model.llama import SCREEN_TOP
+    from tests.inference.engine.helpers import tiny_loaded
+
+    model = tiny_loaded(seed=2).model
+    head = model.embed_tokens if model.lm_head is None else model.lm_head
+    hidden = torch.randn(7, head.shape[1], generator=torch.Generator().manual_seed(0))
+    _unpack(model)
+    try:
+        with torch.inference_mode():
+            model.pack_linears(torch.bfloat16)
+            assert model.lm_head_screen is not None
+            got = model.compute_logits(hidden)
+        exact = F.linear(hidden, head)
+        # the screen's K best hold the true best K/4 (near the K-th, rounding may swap ranks)
+        top = exact.topk(min(SCREEN_TOP, exact.shape[-1] // 2) // 4, dim=-1).indices
+        torch.testing.assert_close(got.gather(1, top), exact.gather(1, top))
+        assert torch.equal(got.argmax(-1), exact.argmax(-1))
+        assert rel_err(got, exact) <= 1e-2
+    finally:
+        _unpack(model)
