@@ -48,6 +48,7 @@ def engine_config() -> Any:
         max_model_len=settings.LASER_MAX_MODEL_LEN,
         max_num_batched_tokens=settings.LASER_MAX_BATCH_TOKENS,
         matmul_dtype=settings.LASER_MATMUL_DTYPE,
+        num_threads=settings.LASER_THREADS,
         policy=settings.LASER_POLICY,
         overload_ttft_factor=settings.LASER_OVERLOAD_TTFT_FACTOR,
     )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from laser_platform.settings._env import env
 
 # A name the engine knows (the bundled default) or a path to a GGUF / safetensors checkpoint.
@@ -16,6 +18,11 @@ LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, int)
 LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 32, int)
 LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, int)
 LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
+# Torch threads of the engine: every core but one, which the event loop (HTTP, SSE, WebSocket)
+# keeps. On the 2-core development machine one engine thread served 16 streams end to end at
+# 230 tok/s against 185 with two: OpenMP threads that lose their core to the serving loop stall
+# every matmul (docs/benchmarks.md, bench/e2e_streams.py).
+LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 1), int)
 # CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
 # native bfloat16 units, about 1.5x faster decode with the same answers in our checks;
 # "float32" is the exact mode (equal to transformers); see docs/engine.md.
