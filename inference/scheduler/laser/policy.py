@@ -61,6 +61,7 @@ class LaserScheduler(Scheduler):
         self.num_demotions = self.num_promotions = 0
         self._hot_admitted = self._triage_demotions = 0
         self._refreshed = -math.inf
+        self._new_cold: list[Sequence] = []  # admitted since the last slack refresh
         self._last_tokens = 1
         self._context = 0
         self._other_load = 0.0  # EWMA: fraction of the token budget hot and warm used
@@ -119,15 +120,12 @@ class LaserScheduler(Scheduler):
         super().admit(seqs, now)
         p, head = self.policy, seqs[0]
         if head.tier is COLD:
-            # rank (and maybe promote) the newcomer at the next step, not up to a refresh
-            # period later: unranked, it sorted after every promoted job and was the first
-            # preempted, however tight its deadline
-            self._refreshed = -math.inf
-        if head.tier is COLD and p.admission_enabled and head.deadline is not None:
-            admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
-            check_cold(seqs, admitted, now, self.speeds, share=1.0 - self._other_load,
-                       concurrency=self._cold_concurrency(seqs, len(admitted)),
-                       safety=p.cold_need_safety)
+            if p.admission_enabled and head.deadline is not None:
+                admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
+                check_cold(seqs, admitted, now, self.speeds, share=1.0 - self._other_load,
+                           concurrency=self._cold_concurrency(seqs, len(admitted)),
+                           safety=p.cold_need_safety)
+            self._new_cold.extend(seqs)
         elif head.tier is HOT and p.overload_enabled:
             try:
                 if p.triage_enabled:
@@ -219,6 +217,9 @@ class LaserScheduler(Scheduler):
                 self._age(now)
             if p.cold_slack_enabled or p.borrowing_enabled:
                 self._refresh_cold(now, changes)
+        elif p.cold_slack_enabled:
+            self._rank_new_cold(now, changes)
+        self._new_cold.clear()
         if p.demotion_enabled:
             self._demotion_step(now, changes)
         if p.triage_enabled:
@@ -260,14 +261,29 @@ class LaserScheduler(Scheduler):
         if not p.cold_slack_enabled:
             return
         for seq in cold:
-            slack = self.cold_slack[seq.seq_id]
-            if slack < p.promote_slack_s and seq.seq_id not in self.promoted:
-                self.promoted.add(seq.seq_id)
-                seq.tier = WARM
-                self.num_promotions += 1
-                changes.append((seq.seq_id, TierChange(
-                    COLD, WARM, f"deadline slack {slack:.0f} s below {p.promote_slack_s:.0f} s",
-                    now)))
+            self._promote_if_tight(seq, now, changes)
+
+    def _rank_new_cold(self, now: float, changes: list) -> None:
+        """Slack (as of the last refresh, like the rest) and promotion for cold requests
+        admitted since: unranked until the next refresh, a tight newcomer sorted after every
+        promoted job and was the first preempted. Only the newcomers: a whole refresh per
+        arrival doubled the step's scheduling time under a stream of batch lines."""
+        for seq in self._new_cold:
+            if seq.seq_id in self.seqs:
+                self.cold_slack[seq.seq_id] = cold_slack(seq, self._refreshed, self.speeds)
+                self._keys.pop(seq.seq_id, None)
+                self._promote_if_tight(seq, now, changes)
+
+    def _promote_if_tight(self, seq: Sequence, now: float, changes: list) -> None:
+        p, slack = self.policy, self.cold_slack[seq.seq_id]
+        if slack < p.promote_slack_s and seq.seq_id not in self.promoted:
+            self.promoted.add(seq.seq_id)
+            seq.tier = WARM
+            self.num_promotions += 1
+            self._keys.pop(seq.seq_id, None)
+            changes.append((seq.seq_id, TierChange(
+                COLD, WARM, f"deadline slack {slack:.0f} s below {p.promote_slack_s:.0f} s",
+                now)))
 
     def _demotion_step(self, now: float, changes: list) -> None:
         p = self.policy

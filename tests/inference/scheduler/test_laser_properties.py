@@ -37,6 +37,20 @@ def test_cold_alone_meets_every_deadline_it_admits(spec):
         assert seq.last_token_time <= seq.deadline, (seq.seq_id, seq.last_token_time)
 
 
+def test_a_tight_cold_newcomer_is_ranked_before_the_next_refresh():
+    # hypothesis's example: six jobs promoted at t=0, then c6 (due in 1 s) at 0.5. Unranked
+    # until the next refresh, it sorted after the promoted ones, was preempted first, and
+    # finished 2 ms late.
+    spec = [(0.0, 1, 6, 1.0), (0.0, 16, 10, 2.0), (0.0, 19, 11, 2.0), (0.0, 22, 12, 2.0),
+            (0.0, 47, 11, 2.0), (0.0, 8, 10, 2.0), (0.5, 37, 7, 1.0)]
+    arrivals = [(t, make_request(f"c{i}", p, max_tokens=o, tier=Tier.COLD, arrival=t,
+                                 deadline=t + d, salt=f"s{i}"))
+                for i, (t, p, o, d) in enumerate(spec)]
+    _, finished, refused = run_timed(laser(), arrivals, COST)
+    assert not refused and len(finished) == len(spec)
+    assert all(seq.last_token_time <= seq.deadline for seq in finished)
+
+
 mixed = st.lists(st.tuples(st.floats(0, 10), st.integers(1, 40), st.integers(1, 12),
                            st.sampled_from(list(Tier)), st.integers(1, 2)),
                  min_size=1, max_size=30)
