@@ -20,11 +20,11 @@ from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
     "backend",
+    "bf16_matmul_supported",
     "block_index",
     "build_cos_sin_cache",
     "linear",
     "pack_linear_weight",
-    "bf16_matmul_supported",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",

@@ -28,10 +28,11 @@ class EngineConfig:
         matmul_dtype: CPU only: ``bfloat16`` runs the layers' projections of a float32 model
             on the CPU's bfloat16 units (mixed precision: half the weight bytes, float32
             everywhere else, the LM head's best logits rescored in float32); None or
-            ``float32`` keeps them exact;
-            ``auto`` is bfloat16 where the CPU has native bfloat16 matmuls (AMX, AVX512-BF16)
-            and float32 elsewhere. The engine's default is exact; the platform serves with
-            ``auto`` (the logits move by about 1 %, the answers did not: docs/engine.md).
+            ``float32`` keeps them exact; ``auto`` is bfloat16 where the CPU has native
+            bfloat16 matmuls (AMX, AVX512-BF16) and float32 elsewhere (``bfloat16`` falls back
+            to float32 there too: ``kernels.pack_linear_weight`` packs nothing oneDNN cannot
+            run). The engine's default is exact; the platform serves with ``auto`` (the
+            logits move by about 1 %, the answers did not: docs/engine.md).
         kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
             computes in float32, so a narrower cache would only add conversions) and ``dtype``
             on CUDA.

@@ -8,7 +8,6 @@ changed, never during the forward pass, so adding a request waits at most a sche
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import threading
@@ -18,7 +17,6 @@ from typing import Any
 
 import torch
 
-import kernels
 from inference.errors import InvalidParameter, PromptTooLong
 from inference.kv.block_manager import BlockManager
 from inference.request import Delta, EngineRequest
@@ -30,8 +28,6 @@ from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state
 from .runner import ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
 from .stats import EngineStats, StepMeter, kv_fragmentation, per_tier
-
-log = logging.getLogger(__name__)
 
 
 class LLMEngine:
@@ -68,7 +64,7 @@ class LLMEngine:
         self.scheduler = make_scheduler(config.policy, sched_config, kv,
                                         **_policy_options(config))
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
-                                  _matmul_dtype(config))
+                                  config.torch_matmul_dtype)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
             getattr(loaded, "stop_token_ids", ()))
@@ -265,12 +261,3 @@ def _penalised(state: RequestState) -> bool:
 
 
 __all__ = ["LLMEngine"]
-
-
-def _matmul_dtype(config: EngineConfig) -> torch.dtype | None:
-    dtype = config.torch_matmul_dtype
-    if dtype == torch.bfloat16 and not kernels.bf16_matmul_supported():
-        log.warning("matmul_dtype=bfloat16: this CPU has no native bfloat16 matmuls; the "
-                    "projections stay float32")
-        return None
-    return dtype
