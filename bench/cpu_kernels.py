@@ -6,8 +6,12 @@ A decode step of 16 sequences x 256 cached tokens (9 query heads, 3 KV heads, he
 hidden 576, MLP 1536, pages of 16): each op's median time per call and x30 (the model's
 layers), first with glibc's default allocator settings, then after
 ``kernels.tune_cpu_allocator()`` (process-wide, so measured second in the same run), and the
-ratio. Also a 256-token prefill and a mixed batch (15 decodes + one 64-token chunk). Prints a
-table and writes bench/out/cpu_kernels.json.
+ratio. Also a 256-token prefill and a mixed batch (15 decodes + one 64-token chunk). Then the
+decode attention the engine ran before (whole-block gather, invalid rows zeroed, heads-first
+SDPA with a boolean mask and enable_gqa) against today's, calls interleaved so both see the same
+machine, each with its per-step index precomputed as the engine does, for all sequences at
+``--ctx`` and for lengths drawn in 1..ctx; the index builds are timed too. Prints a table and
+writes bench/out/cpu_kernels.json.
 """
 
 from __future__ import annotations
@@ -22,8 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import kernels  # noqa: E402
+from kernels.decode_attention import (  # noqa: E402
+    block_index,
+    decode_rows,
+    gather_rows,
+    paged_decode_attention_reference,
+)
 
 HEADS, KV_HEADS, DIM, HIDDEN, INTER, PAGE, LAYERS = 9, 3, 64, 576, 1536, 16, 30
 
@@ -38,13 +49,68 @@ def median_s(fn, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def make_ops(seqs: int, ctx: int) -> dict:
-    torch.manual_seed(0)
+def make_cache(seqs: int, ctx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random K/V caches with room for ``ctx`` tokens per sequence, blocks handed out shuffled."""
     per_seq = -(-ctx // PAGE)
     blocks = seqs * per_seq + 4
     k_cache = torch.randn(blocks, PAGE, KV_HEADS, DIM)
     v_cache = torch.randn(blocks, PAGE, KV_HEADS, DIM)
     tables = torch.randperm(blocks)[: seqs * per_seq].view(seqs, per_seq).int()
+    return k_cache, v_cache, tables
+
+
+def median_interleaved_s(fns: dict, reps: int) -> dict[str, float]:
+    """Median seconds per call of each of ``fns``, called in turn every repetition."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn(), fn()
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def old_decode_attention(q, k_cache, v_cache, scale, index):
+    """The decode reference as it was before the grouped-query rewrite (float32 caches)."""
+    blocks, valid, invalid = index
+    k = gather_rows(k_cache, blocks, invalid, q.shape[0])  # [S, KVH, P, D]
+    v = gather_rows(v_cache, blocks, invalid, q.shape[0])
+    out = F.scaled_dot_product_attention(q[:, :, None, :], k, v, attn_mask=valid[:, None, None, :],
+                                         scale=scale, enable_gqa=True)
+    return out[:, :, 0, :]
+
+
+def compare_decode(seqs: int, ctx: int, reps: int) -> dict[str, dict]:
+    """Old vs new decode attention, uniform and drawn lengths: seconds per call and max diff."""
+    torch.manual_seed(1)
+    k_cache, v_cache, tables = make_cache(seqs, ctx)
+    q = torch.randn(seqs, HEADS, DIM)
+    scale = DIM**-0.5
+    cases = {"uniform": torch.full((seqs,), ctx, dtype=torch.int32),
+             "drawn": torch.randint(1, ctx + 1, (seqs,), dtype=torch.int32)}
+    results = {}
+    for case, lens in cases.items():
+        max_len = int(lens.max())
+        old_index = block_index(tables, lens, max_len, PAGE)
+        new_index = decode_rows(tables, lens, max_len, PAGE, KV_HEADS, DIM)
+        old_fn = lambda: old_decode_attention(q, k_cache, v_cache, scale, old_index)  # noqa: E731
+        new_fn = lambda: paged_decode_attention_reference(  # noqa: E731
+            q, k_cache, v_cache, tables, lens, scale, new_index)
+        r = median_interleaved_s({
+            "old": old_fn, "new": new_fn,
+            "old_index": lambda: block_index(tables, lens, max_len, PAGE),  # noqa: B023
+            "new_index": lambda: decode_rows(tables, lens, max_len, PAGE, KV_HEADS, DIM),  # noqa: B023
+        }, reps)
+        r["max_abs_diff"] = float((old_fn() - new_fn()).abs().max())
+        results[case] = r
+    return results
+
+
+def make_ops(seqs: int, ctx: int) -> dict:
+    torch.manual_seed(0)
+    k_cache, v_cache, tables = make_cache(seqs, ctx)
     lens = torch.full((seqs,), ctx, dtype=torch.int32)
     q = torch.randn(seqs, HEADS, DIM)
     x, res, w = torch.randn(seqs, HIDDEN), torch.randn(seqs, HIDDEN), torch.randn(HIDDEN)
@@ -99,11 +165,22 @@ def main() -> None:
     step = sum(r["tuned_malloc"] for n, r in results.items() if not n.startswith(("prefill",
                                                                                   "mixed")))
     print(f"per decode step, {LAYERS} layers of these ops (tuned): {LAYERS * step * 1e3:.1f} ms")
+    with torch.inference_mode():
+        compare = compare_decode(args.seqs, args.ctx, 4 * args.reps)
+    print(f"decode attention, old vs new ({args.seqs} seqs, lengths {args.ctx} / drawn in "
+          f"1..{args.ctx}; interleaved, {4 * args.reps} reps, tuned malloc)")
+    print(f"{'lengths':<9} {'old ms':>8} {'new ms':>8} {'old/new':>8} {'x30 saved ms':>12} "
+          f"{'old idx ms':>10} {'new idx ms':>10} {'max diff':>9}")
+    for case, r in compare.items():
+        print(f"{case:<9} {r['old'] * 1e3:8.3f} {r['new'] * 1e3:8.3f} {r['old'] / r['new']:8.2f} "
+              f"{LAYERS * (r['old'] - r['new']) * 1e3:12.2f} {r['old_index'] * 1e3:10.3f} "
+              f"{r['new_index'] * 1e3:10.3f} {r['max_abs_diff']:9.1e}")
     out = ROOT / "bench" / "out" / "cpu_kernels.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "threads": torch.get_num_threads(),
                                "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-                               "seconds_per_call": results}, indent=2))
+                               "seconds_per_call": results,
+                               "decode_old_vs_new": compare}, indent=2))
     print(f"wrote {out}")
 
 

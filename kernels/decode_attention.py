@@ -16,6 +16,8 @@ import torch.nn.functional as F
 
 from kernels.dispatch import use_triton
 
+# block_index and gather_rows: the prefill reference's per-sequence gather (whole blocks)
+
 
 def block_index(
     block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
@@ -51,6 +53,44 @@ def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor
     return rows.view(num_seqs, -1, num_kv_heads, head_dim).transpose(1, 2)
 
 
+# gathered float32 K + V per SDPA call: past L2-ish sizes, a chunk of sequences at a time keeps
+# the gathered rows in cache between gather and attention (bench/cpu_kernels.py --seqs 64
+# --ctx 2048: 216 -> 66 ms per call)
+CHUNK_BYTES = 4 << 20
+
+
+def decode_rows(
+    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int,
+    num_kv_heads: int, head_dim: int,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[int, int], ...]]:
+    """The cache rows to read for ``max_len`` positions of every sequence, their mask, and the
+    chunks of sequences to process together.
+
+    Returns ``(rows, mask, chunks)``: ``rows`` ``[num_seqs * KVH * P]`` int64 row ids of the
+    caches viewed as ``[num_blocks * block_size * KVH, head_dim]``, heads first (sequence, KV
+    head, position), ``P = ceil(max_len / block_size) * block_size``; a position at or past a
+    sequence's length reads the sequence's first row, which always holds a written token, so
+    stale or unwritten rows - NaN or inf included - are never read and junk block-table entries
+    never used. ``mask`` ``[num_seqs, 1, 1, P]`` float32 is 0 below each length and -inf past it
+    (additive). ``chunks`` are ``(first, end)`` sequence ranges of at most ``CHUNK_BYTES`` of
+    gathered float32 K and V each (one sequence at least).
+    """
+    width = -(-max_len // block_size)
+    lens = seq_lens.to(device=block_tables.device, dtype=torch.int64)
+    offsets = torch.arange(block_size, device=block_tables.device)
+    rows = (block_tables[:, :width].to(torch.int64)[:, :, None] * block_size + offsets)
+    rows = rows.view(lens.shape[0], width * block_size)
+    valid = torch.arange(rows.shape[1], device=rows.device)[None, :] < lens[:, None]
+    rows = torch.where(valid, rows, rows[:, :1])
+    heads = torch.arange(num_kv_heads, device=rows.device)
+    rows = rows[:, None, :] * num_kv_heads + heads[:, None]  # [S, KVH, P]
+    mask = torch.zeros(valid.shape, device=rows.device).masked_fill_(~valid, float("-inf"))
+    per_chunk = max(1, CHUNK_BYTES // (rows[0].numel() * head_dim * 4 * 2))  # float32 K and V
+    num_seqs = lens.shape[0]
+    chunks = tuple((i, min(i + per_chunk, num_seqs)) for i in range(0, num_seqs, per_chunk))
+    return rows.view(-1), mask[:, None, None, :], chunks
+
+
 def paged_decode_attention_reference(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -58,20 +98,38 @@ def paged_decode_attention_reference(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
-    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    index: tuple[torch.Tensor, torch.Tensor, tuple[tuple[int, int], ...]] | None = None,
 ) -> torch.Tensor:
-    """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`."""
+    """Plain PyTorch paged decode; same contract as :func:`paged_decode_attention`.
+
+    The query heads of a KV head are its query rows: ``q`` ``[S, KVH * G, D]`` is viewed as
+    ``[S, KVH, G, D]`` against K/V gathered heads first ``[S, KVH, P, D]`` (no transpose, no
+    head repeat), one SDPA call with the step's additive mask per chunk of sequences.
+    """
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
     if index is None:
-        index = block_index(block_tables, seq_lens, int(seq_lens.max()), k_cache.shape[1])
-    blocks, valid, invalid = index
+        index = decode_rows(block_tables, seq_lens, int(seq_lens.max()), k_cache.shape[1],
+                            num_kv_heads, head_dim)
+    rows, mask, chunks = index
     # CPU half-precision matmuls are slow and lossy: compute in float32 there
     work = q.dtype if q.is_cuda else torch.float32
-    k = gather_rows(k_cache, blocks, invalid, q.shape[0]).to(work)  # [S, KVH, P, D]
-    v = gather_rows(v_cache, blocks, invalid, q.shape[0]).to(work)
-    qs = q[:, :, None, :].to(work)  # [S, H, 1, D]: the heads of a KV group share it (enable_gqa)
-    out = F.scaled_dot_product_attention(qs, k, v, attn_mask=valid[:, None, None, :],
-                                         scale=scale, enable_gqa=True)
-    return out[:, :, 0, :].to(q.dtype)
+    qg = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim).to(work)
+    mask = mask.to(work)
+    per_seq = rows.shape[0] // num_seqs
+    keys, values = k_cache.view(-1, head_dim), v_cache.view(-1, head_dim)
+    out = torch.empty_like(qg) if len(chunks) > 1 else None
+    for first, end in chunks:
+        ids = rows[first * per_seq : end * per_seq]
+        k = keys.index_select(0, ids).view(end - first, num_kv_heads, -1, head_dim).to(work)
+        v = values.index_select(0, ids).view(end - first, num_kv_heads, -1, head_dim).to(work)
+        part = F.scaled_dot_product_attention(qg[first:end], k, v, attn_mask=mask[first:end],
+                                              scale=scale)
+        if out is None:
+            out = part
+        else:
+            out[first:end] = part
+    return out.reshape(num_seqs, num_heads, head_dim).to(q.dtype)
 
 
 def paged_decode_attention(
@@ -81,7 +139,7 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
-    index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    index: tuple[torch.Tensor, torch.Tensor, tuple[tuple[int, int], ...]] | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per sequence over its paged KV cache.
 
@@ -91,7 +149,8 @@ def paged_decode_attention(
         block_tables: ``[num_seqs, max_blocks]`` int32; unused entries arbitrary.
         seq_lens: ``[num_seqs]`` int32, cached tokens including the current one (>= 1).
         scale: softmax scale, usually ``head_dim ** -0.5``.
-        index: ``block_index(block_tables, seq_lens, max(seq_lens), block_size)`` when the
+        index: ``decode_rows(block_tables, seq_lens, max(seq_lens), block_size, num_kv_heads,
+            head_dim)`` when the
             caller has it (it is the same for every layer of a step); the reference path
             computes it otherwise, the Triton kernel does not use it.
 

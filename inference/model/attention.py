@@ -50,7 +50,7 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache
         kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_decode_only:
-            index = None if kernels.use_triton(q) else meta.decode_index(k_cache.shape[1])
+            index = None if kernels.use_triton(q) else meta.decode_index(*k_cache.shape[1:])
             out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
                                                  meta.seq_lens, self.scale, index)
         else:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-import kernels
+from kernels.decode_attention import decode_rows
 
 
 @dataclass(slots=True)
@@ -35,12 +35,13 @@ class AttentionMetadata:
     max_seq_len: int
     _decode_index: tuple | None = field(default=None, init=False, repr=False)
 
-    def decode_index(self, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``kernels.block_index`` of this step's sequences: the same for every layer, so
-        computed once per step (the object lives for one step) instead of once per layer."""
+    def decode_index(self, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
+        """``kernels.decode_attention.decode_rows`` of this step's sequences (cache rows to
+        gather, additive mask, sequence chunks): the same for every layer, so computed once per
+        step (the object lives for one step) instead of once per layer."""
         if self._decode_index is None:
-            self._decode_index = kernels.block_index(self.block_tables, self.seq_lens,
-                                                     self.max_seq_len, block_size)
+            self._decode_index = decode_rows(self.block_tables, self.seq_lens,
+                                             self.max_seq_len, block_size, num_kv_heads, head_dim)
         return self._decode_index
 
     @property
