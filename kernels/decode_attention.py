@@ -53,10 +53,10 @@ def gather_rows(cache: torch.Tensor, blocks: torch.Tensor, invalid: torch.Tensor
     return rows.view(num_seqs, -1, num_kv_heads, head_dim).transpose(1, 2)
 
 
-# gathered float32 K + V per SDPA call: past L2-ish sizes, a chunk of sequences at a time keeps
-# the gathered rows in cache between gather and attention (bench/cpu_kernels.py --seqs 64
-# --ctx 2048: 216 -> 66 ms per call)
-CHUNK_BYTES = 4 << 20
+# gathered float32 K + V per SDPA call: past this, a chunk of sequences at a time keeps the
+# gathered rows in cache between gather and attention (bench/cpu_kernels.py --seqs 64 --ctx 2048:
+# 194 -> 55 ms per call); smaller chunks cost more calls than they save at 16 x 256
+CHUNK_BYTES = 8 << 20
 
 
 def decode_rows(
@@ -114,22 +114,31 @@ def paged_decode_attention_reference(
     rows, mask, chunks = index
     # CPU half-precision matmuls are slow and lossy: compute in float32 there
     work = q.dtype if q.is_cuda else torch.float32
-    qg = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim).to(work)
-    mask = mask.to(work)
-    per_seq = rows.shape[0] // num_seqs
+    qg = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    # no-op .to() calls still cost ~2 us each: convert only what differs (float32 needs none)
+    if qg.dtype != work:
+        qg = qg.to(work)
+    if mask.dtype != work:
+        mask = mask.to(work)
     keys, values = k_cache.view(-1, head_dim), v_cache.view(-1, head_dim)
-    out = torch.empty_like(qg) if len(chunks) > 1 else None
-    for first, end in chunks:
-        ids = rows[first * per_seq : end * per_seq]
-        k = keys.index_select(0, ids).view(end - first, num_kv_heads, -1, head_dim).to(work)
-        v = values.index_select(0, ids).view(end - first, num_kv_heads, -1, head_dim).to(work)
-        part = F.scaled_dot_product_attention(qg[first:end], k, v, attn_mask=mask[first:end],
-                                              scale=scale)
-        if out is None:
-            out = part
-        else:
-            out[first:end] = part
-    return out.reshape(num_seqs, num_heads, head_dim).to(q.dtype)
+
+    def attend(qc: torch.Tensor, ids: torch.Tensor, maskc: torch.Tensor) -> torch.Tensor:
+        k = keys.index_select(0, ids).view(qc.shape[0], num_kv_heads, -1, head_dim)
+        v = values.index_select(0, ids).view(qc.shape[0], num_kv_heads, -1, head_dim)
+        if k.dtype != work:
+            k, v = k.to(work), v.to(work)
+        return F.scaled_dot_product_attention(qc, k, v, attn_mask=maskc, scale=scale)
+
+    if len(chunks) == 1:
+        out = attend(qg, rows, mask)
+    else:
+        per_seq = rows.shape[0] // num_seqs
+        out = torch.empty_like(qg)
+        for first, end in chunks:
+            out[first:end] = attend(qg[first:end], rows[first * per_seq : end * per_seq],
+                                    mask[first:end])
+    out = out.reshape(num_seqs, num_heads, head_dim)
+    return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
 def paged_decode_attention(
