@@ -52,6 +52,9 @@ class EngineConfig:
             anyway is better served late than refused, until the queue is really runaway.
         prefix_caching: reuse cached KV blocks of identical (salted) prefixes.
         num_threads: torch intra-op threads; None uses every core.
+        layer_pause: let a policy that asks for it (``laser``) stop a step without hot work
+            between two decoder layers when hot work arrives or falls due, run the hot step,
+            then resume (docs/scheduler.md).
     """
 
     model: str | None = None
@@ -70,6 +73,7 @@ class EngineConfig:
     overload_ttft_factor: float | None = None
     prefix_caching: bool = True
     num_threads: int | None = None
+    layer_pause: bool = True
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or self.device.startswith("cuda")):

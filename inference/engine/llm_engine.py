@@ -4,6 +4,12 @@
 It is thread-safe in the way ``AsyncEngine`` needs: ``add_request``/``abort``/``stats`` may run
 on other threads while a step runs; the lock is held only while the scheduler's state is read or
 changed, never during the forward pass, so adding a request waits at most a scheduling pass.
+
+Layer pause: a step the scheduler marks pausable (``laser``: one without hot work) runs layer
+by layer and stops at a layer boundary once a hot request arrives (``add_request`` raises a
+flag the forward reads between layers) or a hot stream's next token falls due. Its sequences
+are held by the scheduler; the next steps run the hot work, then advance the paused forward
+until it completes and its tokens are sampled as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -12,22 +18,32 @@ import os
 import random
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from inference.errors import InvalidParameter, PromptTooLong
 from inference.kv.block_manager import BlockManager
-from inference.request import Delta, EngineRequest
+from inference.request import Delta, EngineRequest, Tier
 from inference.scheduler import StepPlan, make_scheduler
 from inference.sequence import SequenceStatus, sequences_from_request
 
 from .config import EngineConfig
 from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
-from .runner import ModelRunner
+from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
 from .stats import EngineStats, StepMeter, kv_fragmentation, per_tier
+
+
+@dataclass(slots=True)
+class _Paused:
+    """A forward stopped between layers, with what its completion needs."""
+
+    plan: StepPlan
+    batch: BatchInputs
+    rows: list[SamplingRow]
+    forward: LayerwiseForward
 
 
 class LLMEngine:
@@ -63,6 +79,7 @@ class LLMEngine:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
         self.scheduler = make_scheduler(config.policy, sched_config, kv,
                                         **_policy_options(config))
+        self.scheduler.layer_pause = config.layer_pause
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.torch_matmul_dtype)
         self.sampler = Sampler()
@@ -73,6 +90,8 @@ class LLMEngine:
         self._lock = threading.RLock()
         self._meter = StepMeter()
         self.last_step_empty = False  # the last step had nothing to run
+        self._paused: _Paused | None = None
+        self._hot_arrived = False  # set by add_request, read between layers of a paused step
 
     # ---- requests ------------------------------------------------------------------------
     def encode(self, request: EngineRequest) -> list[int]:
@@ -124,6 +143,8 @@ class LLMEngine:
             self._requests[request.request_id] = state
             for choice in state.choices:
                 self._choices[choice.seq.seq_id] = (state, choice)
+            if request.tier is Tier.HOT:
+                self._hot_arrived = True
 
     def abort(self, request_id: str) -> list[Delta]:
         """Drop a request and free its blocks; returns its final ``abort`` deltas."""
@@ -153,28 +174,67 @@ class LLMEngine:
         """Run one scheduling step; returns the deltas it produced (possibly none)."""
         t0 = time.perf_counter()
         with self._lock:
+            self._hot_arrived = False
             plan = self.scheduler.schedule(time.time())
             deltas = self._refusals(plan)
-            self.last_step_empty = plan.is_empty
+            paused = self._paused
+            self.last_step_empty = plan.is_empty and paused is None
             if plan.is_empty:
                 deltas += self._tier_only(plan, set())
+                if paused is None:
+                    return deltas
+            else:
+                batch = self.runner.prepare(plan, self.scheduler.seqs)
+                rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
+                pausable = paused is None and self.scheduler.may_pause(plan)
+                due = self.scheduler.pause_due_at() if pausable else 0.0
+        if not plan.is_empty and pausable:
+            forward = self.runner.begin(batch)
+            if not forward.advance(lambda: self._hot_arrived or time.time() >= due):
+                with self._lock:
+                    self.scheduler.hold(item.seq_id for item in plan.scheduled)
+                    # tier changes go out now; the tokens, when the forward completes
+                    deltas += self._tier_only(plan, set())
+                    self._paused = _Paused(replace(plan, tier_changes=()), batch, rows, forward)
                 return deltas
-            batch = self.runner.prepare(plan, self.scheduler.seqs)
-            rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
-        t_run = time.perf_counter()
-        logits = self.runner.execute(batch)
+            deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds)
+        elif not plan.is_empty:
+            t_run = time.perf_counter()
+            logits = self.runner.execute(batch)
+            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run)
+        if paused is not None:
+            deltas += self._resume(paused)
+        with self._lock:
+            produced = sum(1 for d in deltas if d.token_ids)
+            self._meter.record(time.time(), time.perf_counter() - t0, produced)
+        return deltas
+
+    def _resume(self, paused: _Paused) -> list[Delta]:
+        """Advance a paused forward (at least one layer) until it completes or hot work
+        arrives or falls due again; on completion sample and deliver its tokens."""
+        with self._lock:
+            due = self.scheduler.pause_due_at()
+        if not paused.forward.advance(lambda: self._hot_arrived or time.time() >= due):
+            return []
+        logits = paused.forward.logits()
+        with self._lock:
+            self._paused = None
+            self.scheduler.release()
+        # its time was split across steps with hot steps between: no sample for the cost model
+        return self._complete(paused.plan, paused.batch, paused.rows, logits, None)
+
+    def _complete(self, plan: StepPlan, batch: BatchInputs, rows: list[SamplingRow],
+                  logits: torch.Tensor, run_s: float | None) -> list[Delta]:
+        """Sample a finished forward's rows and fold the tokens back; its deltas."""
         out = self.sampler.sample(logits, rows)
-        run_s = time.perf_counter() - t_run
         with self._lock:
             now = time.time()
-            # the policy's cost model learns this machine's step time from every real step
-            self.scheduler.observe_step(plan.num_batched_tokens, run_s)
+            if run_s is not None:
+                # the policy's cost model learns this machine's step time from every real step
+                self.scheduler.observe_step(plan.num_batched_tokens, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
-            deltas += new
-            deltas += self._tier_only(plan, {(d.request_id, d.index) for d in new})
-            self._meter.record(now, time.perf_counter() - t0, len(new))
-        return deltas
+            return new + self._tier_only(plan, {(d.request_id, d.index) for d in new})
 
     def _sampling_row(self, seq_id: str) -> SamplingRow:
         state, choice = self._choices[seq_id]
@@ -237,7 +297,7 @@ class LLMEngine:
             s = self.scheduler
             kv = s.kv.stats()
             return EngineStats(
-                running=per_tier(s.running), waiting=per_tier(s.waiting),
+                running=per_tier(s.running + s.held), waiting=per_tier(s.waiting),
                 num_blocks=kv.num_blocks, used_blocks=kv.used_blocks,
                 cached_free_blocks=kv.cached_free_blocks, kv_usage=kv.usage,
                 kv_fragmentation=kv_fragmentation(s),

@@ -8,7 +8,8 @@ returns logits only for the rows that sample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -148,7 +149,67 @@ class ModelRunner:
         with torch.inference_mode():
             self.copy_blocks(batch.block_copies)
             hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
-            if not batch.sample_seq_ids:
-                return hidden.new_empty((0, 0), dtype=torch.float32)
-            logits = self.model.compute_logits(hidden.index_select(0, batch.sample_rows))
-            return logits.float()
+            return self._logits(batch, hidden)
+
+    def begin(self, batch: BatchInputs) -> LayerwiseForward:
+        """Start a forward over ``batch`` that runs layer by layer and may stop between layers
+        (``LayerwiseForward.advance``); other batches may run while it waits, as long as they
+        do not write its sequences' blocks (the scheduler holds those sequences)."""
+        with torch.inference_mode():
+            self.copy_blocks(batch.block_copies)
+            hidden = self.model.embed(batch.input_ids)
+        return LayerwiseForward(self, batch, hidden)
+
+    def _logits(self, batch: BatchInputs, hidden: torch.Tensor) -> torch.Tensor:
+        if not batch.sample_seq_ids:
+            return hidden.new_empty((0, 0), dtype=torch.float32)
+        return self.model.compute_logits(hidden.index_select(0, batch.sample_rows)).float()
+
+
+class LayerwiseForward:
+    """A forward pass paused between decoder layers: the state to resume from is the hidden
+    state and residual after ``next_layer`` layers (each layer has already written its K/V).
+
+    ``seconds`` adds up the time spent in ``advance``, for the step-time model.
+    """
+
+    def __init__(self, runner: ModelRunner, batch: BatchInputs, hidden: torch.Tensor) -> None:
+        self.runner, self.batch = runner, batch
+        self.hidden: torch.Tensor = hidden  # [T, hidden]
+        self.residual: torch.Tensor | None = None
+        self.next_layer = 0
+        self.seconds = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.next_layer >= len(self.runner.model.layers)
+
+    def advance(self, stop: Callable[[], bool], min_layers: int = 1) -> bool:
+        """Run layers until the last one or until ``stop()`` is true (asked between layers,
+        after at least ``min_layers``); True when every layer has run."""
+        t0 = time.perf_counter()
+        model, batch = self.runner.model, self.batch
+        layers, caches = model.layers, self.runner.kv_caches
+        ran = 0
+        with torch.inference_mode():
+            while self.next_layer < len(layers):
+                if ran >= min_layers and stop():
+                    break
+                i = self.next_layer
+                self.hidden, self.residual = layers[i](batch.positions, self.hidden,
+                                                       self.residual, caches[i], batch.meta)
+                self.next_layer += 1
+                ran += 1
+        self.seconds += time.perf_counter() - t0
+        return self.done
+
+    def logits(self) -> torch.Tensor:
+        """After the last layer: the sampling rows' float32 logits, as ``execute`` returns."""
+        if not self.done:
+            raise RuntimeError("the forward has layers left to run")
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            hidden = self.runner.model.norm_out(self.hidden, self.residual)
+            out = self.runner._logits(self.batch, hidden)
+            self.seconds += time.perf_counter() - t0
+            return out

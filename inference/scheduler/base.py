@@ -28,6 +28,11 @@ class Scheduler(ABC):
         self.running: list[Sequence] = []
         self._unforked: dict[str, list[Sequence]] = {}  # parent seq id -> children
         self.num_preemptions = 0
+        # Layer-level pause (see ``hold``): set by an executor that can stop a forward between
+        # layers (the engine); the simulator runs whole steps and leaves it off.
+        self.layer_pause = False
+        self.held: list[Sequence] = []
+        self._free_on_release: list[Sequence] = []
 
     # ---- requests in and out -------------------------------------------------------------
     def add(self, seqs: list[Sequence], now: float) -> None:
@@ -60,7 +65,7 @@ class Scheduler(ABC):
             self._finish(seq, status)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.held)
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         """The engine reports each measured step; policies that estimate step time learn."""
@@ -68,6 +73,34 @@ class Scheduler(ABC):
     def reserved_idle_blocks(self) -> int:
         """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
         return 0
+
+    # ---- layer-level pause ----------------------------------------------------------------
+    def may_pause(self, plan: StepPlan) -> bool:
+        """Whether the executor may stop ``plan``'s forward between layers for other work.
+        No by default: only a policy that knows what is worth the pause says yes."""
+        return False
+
+    def pause_due_at(self) -> float:
+        """Wall time at which a pausable forward should stop between layers even if no new
+        urgent request arrived (e.g. a hot stream's next token falls due); inf for never."""
+        return float("inf")
+
+    def hold(self, seq_ids: Iterable[str]) -> None:
+        """Take the sequences of a paused forward out of ``running``: no plan schedules or
+        preempts them until ``release``. They keep their blocks, which the paused forward
+        has partly written; a held sequence that finishes (abort) frees its blocks only at
+        ``release``, so no other sequence gets them while the forward may still write."""
+        ids = set(seq_ids)
+        self.held = [s for s in self.running if s.seq_id in ids]
+        self.running = [s for s in self.running if s.seq_id not in ids]
+
+    def release(self) -> None:
+        """The paused forward completed (or was dropped): held sequences run again."""
+        self.running = self.held + self.running
+        self.held = []
+        for seq in self._free_on_release:
+            self.kv.free(seq)
+        self._free_on_release = []
 
     # ---- a step --------------------------------------------------------------------------
     @abstractmethod
@@ -173,7 +206,11 @@ class Scheduler(ABC):
         if seq.is_finished:
             return
         seq.status = status
-        self.kv.free(seq)
+        if seq in self.held:
+            self.held.remove(seq)
+            self._free_on_release.append(seq)
+        else:
+            self.kv.free(seq)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:

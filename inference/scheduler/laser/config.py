@@ -36,6 +36,11 @@ class LaserPolicyConfig:
     Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
     Hot ignores the warm floor's cap when ``hot_over_warm_floor`` (the floor is a mean rate
     over a window; a hot burst's longer steps cost it little).
+    Layer pause (where the executor can stop a forward between layers, i.e. the engine, not
+    the simulator): hot work and the rest run in separate steps; a step without hot work
+    stops at the next layer boundary when a hot request arrives or a hot stream's next token
+    falls due (``tbt_safety`` of its TBT target after the last one, less the hot step's
+    estimated time), and resumes after the hot step.
     """
 
     reserve_enabled: bool = True
@@ -69,6 +74,7 @@ class LaserPolicyConfig:
     hot_over_warm_floor: bool = True
     triage_enabled: bool = True
     triage_demotion_budget: float = 0.04
+    layer_pause_enabled: bool = True
 
     def __post_init__(self) -> None:
         for name in ("reserve_margin", "reserve_window_s", "pressure_window_s",
@@ -95,4 +101,5 @@ class LaserPolicyConfig:
                    demotion_enabled=False, borrowing_enabled=False, warm_share=1.0,
                    cold_slack_enabled=False,
                    admission_enabled=False, overload_enabled=False, aging_enabled=False,
-                   hot_over_warm_floor=False, triage_enabled=False)
+                   hot_over_warm_floor=False, triage_enabled=False,
+                   layer_pause_enabled=False)

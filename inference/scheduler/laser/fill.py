@@ -26,8 +26,11 @@ HOT = Tier.HOT
 
 
 class StepFill:
-    def __init__(self, sched: LaserScheduler, now: float) -> None:
-        self.s, self.now = sched, now
+    """One step's fill. ``mode`` "hot" takes only class 0 (hot and aged) work, "other" only
+    the rest, "all" both (see ``LaserScheduler._fill``)."""
+
+    def __init__(self, sched: LaserScheduler, now: float, mode: str = "all") -> None:
+        self.s, self.now, self.mode = sched, now, mode
         self.p = sched.policy
         self.budget = sched.config.max_num_batched_tokens
         self.items: dict[str, tuple[tuple[ScheduledSeq, list[BlockCopy]], int]] = {}
@@ -50,12 +53,16 @@ class StepFill:
     def run(self) -> None:
         s = self.s
         keyed = sorted((s.key(q), q) for q in s.running)
-        self.context = sum(q.num_computed_tokens for _, q in keyed)
         self.victims = [q for _, q in keyed]  # least urgent at the end
+        if self.mode != "all":
+            keyed = [(k, q) for k, q in keyed if (k[0] == 0) == (self.mode == "hot")]
+        self.context = sum(q.num_computed_tokens for _, q in keyed)
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
         keys, key = s._keys, s.key
         waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
+        if self.mode != "all":
+            waiting = [(k, q) for k, q in waiting if (k[0] == 0) == (self.mode == "hot")]
         decodes = self._limits(decodes, prefills, waiting)
         for k, q in decodes:
             self._run_one(k, q, 1)

@@ -224,19 +224,65 @@ class LaserScheduler(Scheduler):
             self._demotion_step(now, changes)
         if p.triage_enabled:
             self._triage(now, changes)
-        fill = StepFill(self, now)
-        fill.run()
+        fill, preempted = self._fill(now)
         self._after_step(fill)
-        plan = self.make_plan([g for g, _ in fill.items.values()], fill.preempted,
+        plan = self.make_plan([g for g, _ in fill.items.values()], preempted,
                               tier_changes=tuple(changes))
         self._last_tokens = max(1, plan.num_batched_tokens)
         return plan
 
+    def _fill(self, now: float) -> tuple[StepFill, list[str]]:
+        """The step's fill. With layer pause, hot work and the rest go in separate steps (the
+        rest's steps pause for hot): hot only while a paused forward is held or hot work is
+        due, else the rest; the first of those that finds work wins."""
+        if not (self.layer_pause and self.policy.layer_pause_enabled):
+            modes: tuple[str, ...] = ("all",)
+        elif self.held:
+            modes = ("hot",)
+        elif self._hot_due(now):
+            modes = ("hot", "all")
+        else:
+            modes = ("other", "all")
+        preempted: list[str] = []
+        for mode in modes:
+            fill = StepFill(self, now, mode)
+            fill.run()
+            preempted += fill.preempted
+            if fill.items:
+                break
+        return fill, preempted
+
+    # ---- layer-level pause ----------------------------------------------------------------
+    def may_pause(self, plan: StepPlan) -> bool:
+        if not (self.layer_pause and self.policy.layer_pause_enabled) or plan.is_empty:
+            return False
+        return all(self.rank(self.seqs[i.seq_id]) != 0 for i in plan.scheduled
+                   if i.seq_id in self.seqs)
+
+    def pause_due_at(self) -> float:
+        """When the earliest running hot stream's next token falls due: ``tbt_safety`` of its
+        TBT target after its last token, less the estimated hot step."""
+        hot = [q for q in self.running if self.rank(q) == 0 and not q.is_prefilling]
+        if not (self.layer_pause and self.policy.layer_pause_enabled and hot):
+            return math.inf
+        safety = self.tbt_safety()
+        step = self.cost.step_time(len(hot), sum(q.num_computed_tokens for q in hot))
+        return min((q.last_token_time or -math.inf) + safety * q.targets.tbt_p99_s
+                   for q in hot) - step
+
+    def _hot_due(self, now: float) -> bool:
+        if any(self.rank(q) == 0 for q in self.waiting):
+            return True
+        if any(self.rank(q) == 0 and q.is_prefilling for q in self.running):
+            return True
+        return now >= self.pause_due_at()
+
     def _after_step(self, fill: StepFill) -> None:
         budget = self.config.max_num_batched_tokens
         self._context = fill.context
-        self._hot_min_slack = fill.hot_min_slack
-        self._hot_step_tokens = max(1, fill.hot_cap)
+        if fill.mode != "other":  # a step without hot work says nothing of hot's slack
+            self._hot_min_slack = fill.hot_min_slack
+            self._hot_step_tokens = max(1, fill.hot_cap)
         self.est_error.expect(fill.estimate_s() if fill.used else 0.0)
         other = fill.used_by_class[0] + fill.used_by_class[2]
         self._other_load += 0.05 * (min(1.0, other / budget) - self._other_load)

@@ -1,0 +1,119 @@
+"""Layer-level pause on the tiny model: a cold forward stops between layers when hot work
+arrives, the hot step runs, the cold forward completes, and nobody's tokens change."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from inference.request import ContractTargets, EngineRequest, SamplingParams, Tier
+from tests.inference.engine.helpers import make_engine, prompt_ids, run
+
+COLD = ContractTargets(cold_deadline_s=3600.0)
+HOT = ContractTargets(ttft_p99_s=5.0, tbt_p99_s=5.0)
+
+
+def _request(rid: str, prompt: list[int], tier: Tier, max_tokens: int = 6) -> EngineRequest:
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    now = time.time()
+    return EngineRequest(rid, sp, prompt_token_ids=prompt, tier=tier, tenant_id="t",
+                         targets=COLD if tier is Tier.COLD else HOT, arrival_time=now,
+                         deadline=now + 3600.0 if tier is Tier.COLD else None)
+
+
+def _hot_during_first_cold_layer(engine, hot: EngineRequest) -> dict:
+    """Make ``hot`` arrive while layer 0 of the first cold forward runs (as the event loop
+    would, mid-step); returns a record of which step that happened in."""
+    layer0 = engine.runner.model.layers[0]
+    forward = layer0.forward
+    seen = {"added_in_step": None}
+
+    def wrapped(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        if seen["added_in_step"] is None and not any(
+                s.tier is Tier.HOT for s in engine.scheduler.running):
+            seen["added_in_step"] = seen["step"]
+            engine.add_request(hot)
+        return out
+
+    layer0.forward = wrapped
+    return seen
+
+
+def _cold_then_hot(layer_pause: bool):
+    """Three cold prompts, then a hot one arriving during the first cold forward; returns
+    the engine, when the hot one arrived, each request's first-token time and tokens, and
+    how many sequences the scheduler held after each step."""
+    engine = make_engine(policy="laser", layer_pause=layer_pause)
+    for i in range(3):
+        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
+    hot = _request("hot", prompt_ids(5, 9), Tier.HOT, max_tokens=4)
+    seen = _hot_during_first_cold_layer(engine, hot)
+    first: dict[str, float] = {}
+    outputs: dict[str, tuple[int, ...]] = {}
+    held: list[int] = []
+    for i in range(500):
+        seen["step"] = i
+        if not engine.has_unfinished() and seen["added_in_step"] is not None:
+            break
+        for d in engine.step():
+            if d.token_ids:
+                first.setdefault(d.request_id, d.token_times[0])
+            outputs[d.request_id] = outputs.get(d.request_id, ()) + d.token_ids
+        held.append(len(engine.scheduler.held))
+    return engine, seen, first, outputs, held
+
+
+def test_hot_arrival_pauses_the_cold_forward_and_changes_no_tokens():
+    engine, seen, first, outputs, held = _cold_then_hot(layer_pause=True)
+    _, base_seen, base_first, base_outputs, base_held = _cold_then_hot(layer_pause=False)
+    assert outputs == base_outputs  # greedy: the pause changed nobody's tokens
+    assert seen["added_in_step"] == base_seen["added_in_step"] == 0
+    # with the pause the first step stops after layer 0 holding the three cold sequences; the
+    # next runs hot's prefill, then completes the cold forward: hot's first token comes first
+    assert held[:2] == [3, 0] and set(base_held) == {0}
+    assert first["hot"] < min(first[f"cold{i}"] for i in range(3))
+    assert base_first["hot"] > max(base_first[f"cold{i}"] for i in range(3))
+    assert engine.scheduler.held == [] and engine._paused is None
+    assert engine.scheduler.kv.num_free_blocks == engine.runner.num_blocks
+    assert engine.stats().running == {"hot": 0, "warm": 0, "cold": 0}
+
+
+def test_a_held_sequence_aborted_mid_pause_frees_its_blocks_at_release():
+    engine = make_engine(policy="laser", layer_pause=True)
+    for i in range(2):
+        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
+    seen = _hot_during_first_cold_layer(engine, _request("hot", prompt_ids(5, 9), Tier.HOT))
+    seen["step"] = 0
+    engine.step()
+    assert engine._paused is not None and len(engine.scheduler.held) == 2
+    free = engine.scheduler.kv.num_free_blocks
+    assert {d.finish_reason for d in engine.abort("cold0")} == {"abort"}
+    # the paused forward may still write cold0's blocks: nobody gets them before release
+    assert engine.scheduler.kv.num_free_blocks == free
+    assert engine.stats().running["cold"] == 1
+    out = run(engine, on_step=lambda i: seen.__setitem__("step", i + 1))
+    assert "cold0" not in out and out["cold1"][0][2] == "length" and out["hot"][0][2] == "length"
+    assert engine.scheduler.kv.num_free_blocks == engine.runner.num_blocks
+
+
+def test_layerwise_forward_gives_the_same_logits_as_execute():
+    outputs = []
+    for layerwise in (False, True):
+        engine = make_engine(policy="fcfs")
+        engine.add_request(_request("a", prompt_ids(9), Tier.HOT))
+        engine.add_request(_request("b", prompt_ids(4, 2), Tier.HOT))
+        plan = engine.scheduler.schedule(time.time())
+        batch = engine.runner.prepare(plan, engine.scheduler.seqs)
+        if layerwise:
+            forward = engine.runner.begin(batch)
+            steps = 0
+            while not forward.advance(lambda: True):  # one layer per call
+                steps += 1
+            assert steps == len(engine.runner.model.layers) - 1 and forward.seconds > 0
+            outputs.append(forward.logits())
+        else:
+            outputs.append(engine.runner.execute(batch))
+    assert outputs[0].shape == outputs[1].shape == (2, engine.model_config.vocab_size)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
