@@ -1,6 +1,6 @@
 """Hot chat under a cold flood on the real engine, per scheduling policy.
 
-    .venv/bin/python bench/mixed_load.py [--docs 200] [--policies laser,priority,fcfs]
+    .venv/bin/python bench/mixed_load.py [--docs 200] [--policies laser,laser-nopause,priority,fcfs]
 
 The bundled SmolLM2-135M on this CPU, contracts scaled to it (hot P99 TTFT 1 s, TBT 150 ms).
 Hot: chat turns arriving as a Poisson process, at most ``--streams`` (4) open at once, at the
@@ -12,8 +12,9 @@ For each policy, two phases on a fresh engine with the same seeds: hot alone for
 seconds and at least ``--min-hot`` finished turns, then hot plus the flood until the batch
 finishes. Reported: hot P99 TTFT and P99 TBT in each phase, the TTFT increase the flood
 caused, the batch's completion time against its deadline. The engine is stepped in this
-thread (no HTTP): arrivals are added between steps, and TTFT/TBT come from the engine's own
-token timestamps. Prints a table; writes ``bench/out/mixed_load.json``.
+thread (no HTTP); a feeder thread adds hot arrivals at their own times, also mid-step (as the
+platform's event loop does), and TTFT/TBT come from the engine's own token timestamps. Prints
+a table; writes ``bench/out/mixed_load.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,7 @@ class Phase:
     arrivals: dict[str, float] = field(default_factory=dict)
     first: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
-    gaps: list[float] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)  # between a hot turn's tokens
     finished: dict[str, float] = field(default_factory=dict)
     refused: int = 0
 
@@ -55,7 +57,7 @@ class Phase:
         for t in delta.token_times:
             if rid not in self.first:
                 self.first[rid] = t
-            else:
+            elif rid.startswith("hot"):
                 self.gaps.append(t - self.last[rid])
             self.last[rid] = t
         if delta.finish_reason is not None:
@@ -90,7 +92,9 @@ def cold_requests(n: int, deadline: float | None, vocab: int, seed: int) -> list
 
 
 class Driver:
-    """Steps one engine, adding hot arrivals (Poisson, bounded concurrency) between steps."""
+    """Steps one engine in this thread while a feeder thread adds hot arrivals (Poisson,
+    bounded concurrency) at their own times, as the platform's event loop does: a turn that
+    arrives mid-step waits for that step (or for a layer boundary where the policy pauses)."""
 
     def __init__(self, engine: LLMEngine, rate: float, streams: int, tokens: int, seed: int):
         self.engine, self.rate, self.streams, self.tokens = engine, rate, streams, tokens
@@ -100,34 +104,54 @@ class Driver:
         self.busy_s = 0.0
 
     def open_hot(self, phase: Phase) -> int:
-        return sum(1 for r in phase.arrivals if r.startswith("hot") and r not in phase.finished)
+        return sum(1 for r in list(phase.arrivals)
+                   if r.startswith("hot") and r not in phase.finished)
 
     def run(self, phase: Phase, until) -> None:
-        while not until():
-            now = time.time()
-            while now >= self.next_at and self.open_hot(phase) < self.streams:
-                rid = f"hot-{self.count}"
-                self.count += 1
-                self.next_at += self.rng.expovariate(self.rate)
-                try:
-                    self.engine.add_request(hot_request(rid, self.rng, now, self.tokens))
-                except AdmissionRefused:  # laser's overload refusal: counted, not served
-                    phase.refused += 1
+        stop = threading.Event()
+        feeder = threading.Thread(target=self._feed, args=(phase, stop), daemon=True)
+        feeder.start()
+        try:
+            while not until():
+                if not self.engine.has_unfinished():
+                    time.sleep(0.002)
                     continue
-                phase.arrivals[rid] = now
-            if not self.engine.has_unfinished():
-                time.sleep(min(0.005, max(0.0, self.next_at - time.time())))
+                t0 = time.perf_counter()
+                for d in self.engine.step():
+                    phase.observe(d)
+                self.busy_s += time.perf_counter() - t0
+        finally:
+            stop.set()
+            feeder.join()
+
+    def _feed(self, phase: Phase, stop: threading.Event) -> None:
+        while not stop.is_set():
+            wait = self.next_at - time.time()
+            if wait > 0:
+                stop.wait(min(wait, 0.05))
                 continue
-            t0 = time.perf_counter()
-            for d in self.engine.step():
-                phase.observe(d)
-            self.busy_s += time.perf_counter() - t0
+            if self.open_hot(phase) >= self.streams:  # the turn waits for a free stream
+                stop.wait(0.002)
+                continue
+            rid = f"hot-{self.count}"
+            self.count += 1
+            self.next_at += self.rng.expovariate(self.rate)
+            now = time.time()
+            phase.arrivals[rid] = now
+            try:
+                self.engine.add_request(hot_request(rid, self.rng, now, self.tokens))
+            except AdmissionRefused:  # laser's overload refusal: counted, not served
+                del phase.arrivals[rid]
+                phase.refused += 1
 
 
 def make_engine(policy: str, args) -> LLMEngine:
-    return LLMEngine(EngineConfig(policy=policy, max_num_seqs=64, num_threads=args.threads,
+    """``laser-nopause`` is ``laser`` without layer pause (the ablation)."""
+    base = policy.removesuffix("-nopause")
+    return LLMEngine(EngineConfig(policy=base, max_num_seqs=64, num_threads=args.threads,
                                   max_num_batched_tokens=512, max_waiting=4096,
-                                  matmul_dtype=args.matmul_dtype))
+                                  matmul_dtype=args.matmul_dtype,
+                                  layer_pause=base == policy))
 
 
 def cold_alone(args) -> float:
@@ -194,7 +218,8 @@ def run_policy(policy: str, args, rate: float, deadline_s: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--docs", type=int, default=200)
-    ap.add_argument("--policies", default="laser,priority,fcfs")
+    ap.add_argument("--policies", default="laser,laser-nopause,priority,fcfs",
+                    help="laser-nopause: laser without layer pause")
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--busy", type=float, default=0.4)
     ap.add_argument("--hot-tokens", type=int, default=48)
