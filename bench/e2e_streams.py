@@ -1,7 +1,7 @@
 """End to end through the real server with the openai SDK: aggregate tokens/s of 16 concurrent
 streams of up to 128 tokens, and of 1 stream (issue 6; target >= 335 tok/s across 16).
 
-    .venv/bin/python bench/e2e_streams.py [--streams 16] [--tokens 128] [--rounds 2]
+    .venv/bin/python bench/e2e_streams.py [--streams 16] [--tokens 128] [--rounds 2] [--remote]
 
 What ``make run`` serves, in a fresh ``LASER_VAR_DIR`` (SQLite, embedded engine, bundled
 SmolLM2 unless ``LASER_MODEL`` is set): ``manage.py migrate``, ``bootstrap_demo``, then
@@ -10,6 +10,10 @@ SmolLM2 unless ``LASER_MODEL`` is set): ``manage.py migrate``, ``bootstrap_demo`
 long answers, ``max_tokens`` ends them). Tokens are the content chunks each client actually
 received (checked against the usage chunk). Aggregate tok/s = tokens of a round / its wall time
 (first request sent -> last chunk received). Writes ``bench/out/e2e_streams.json``.
+
+``--remote``: the production layout instead, the web process in ``LASER_ENGINE_MODE=remote``
+and one ``manage.py run_engine`` worker process beside it, over Redis (``REDIS_URL``, default
+``redis://127.0.0.1:6379/0``); the worker's torch threads are ``--worker-threads`` (every core).
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ TARGET_TPS, LLAMA_CPP_TPS = 335.0, 167.0  # the issue's target and its llama.cpp
 def manage(env: dict, *args: str) -> str:
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True).stdout
+
+
+def start_worker(env: dict, log: Path) -> subprocess.Popen:
+    """``manage.py run_engine``, returned once it reports ready."""
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "run_engine"], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    while proc.poll() is None:
+        if "ready on" in log.read_text():
+            return proc
+        time.sleep(0.2)
+    raise RuntimeError(f"the engine worker exited with {proc.returncode}:\n{log.read_text()}")
 
 
 def start_server(env: dict, log: Path) -> tuple[subprocess.Popen, str]:
@@ -121,19 +137,33 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128, help="max_tokens per stream")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--remote", action="store_true",
+                        help="web process + one run_engine worker over Redis")
+    parser.add_argument("--worker-threads", type=int, default=None,
+                        help="torch threads of the --remote worker (default: every core)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as var_dir:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
         env.update(LASER_VAR_DIR=var_dir, PYTHONUNBUFFERED="1")
+        procs = []
+        if args.remote:
+            env.update(LASER_ENGINE_MODE="remote",
+                       REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
         manage(env, "migrate", "--noinput")
         manage(env, "bootstrap_demo")
         key = (Path(var_dir) / "demo_api_key").read_text().strip()
-        proc, url = start_server(env, Path(var_dir) / "server.log")
         try:
+            if args.remote:
+                threads = args.worker_threads or len(os.sched_getaffinity(0))
+                procs.append(start_worker({**env, "LASER_THREADS": str(threads)},
+                                          Path(var_dir) / "worker.log"))
+            proc, url = start_server(env, Path(var_dir) / "server.log")
+            procs.append(proc)
             results = asyncio.run(bench(url, key, args))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            for proc in reversed(procs):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
     print_table(results, args.streams)
     write_report(OUT, args, results)
 

@@ -54,7 +54,7 @@ class EngineConfig:
         num_threads: torch intra-op threads; None uses every core.
         layer_pause: let a policy that asks for it (``laser``) stop a step without hot work
             between two decoder layers when hot work arrives or falls due, run the hot step,
-            then resume (docs/scheduler.md).
+            then resume (docs/engine.md, "Layer pause").
     """
 
     model: str | None = None
@@ -209,4 +209,5 @@ _ENV: dict[str, tuple[str, Any]] = {
     "LASER_OVERLOAD_TTFT_FACTOR": ("overload_ttft_factor", float),
     "LASER_PREFIX_CACHING": ("prefix_caching", _bool),
     "LASER_THREADS": ("num_threads", int),
+    "LASER_LAYER_PAUSE": ("layer_pause", _bool),
 }

@@ -14,6 +14,7 @@ until it completes and its tokens are sampled as if it had never stopped.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -79,7 +80,7 @@ class LLMEngine:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
         self.scheduler = make_scheduler(config.policy, sched_config, kv,
                                         **_policy_options(config))
-        self.scheduler.layer_pause = config.layer_pause
+        self.scheduler.layer_pause = len(model.layers) if config.layer_pause else 0
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.torch_matmul_dtype)
         self.sampler = Sampler()
@@ -178,6 +179,7 @@ class LLMEngine:
             plan = self.scheduler.schedule(time.time())
             deltas = self._refusals(plan)
             paused = self._paused
+            finish = self.scheduler.release_wanted  # hot needs the held blocks
             self.last_step_empty = plan.is_empty and paused is None
             if plan.is_empty:
                 deltas += self._tier_only(plan, set())
@@ -203,18 +205,23 @@ class LLMEngine:
             logits = self.runner.execute(batch)
             deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run)
         if paused is not None:
-            deltas += self._resume(paused)
+            deltas += self._resume(paused, finish)
         with self._lock:
             produced = sum(1 for d in deltas if d.token_ids)
             self._meter.record(time.time(), time.perf_counter() - t0, produced)
         return deltas
 
-    def _resume(self, paused: _Paused) -> list[Delta]:
+    def _resume(self, paused: _Paused, finish: bool) -> list[Delta]:
         """Advance a paused forward (at least one layer) until it completes or hot work
-        arrives or falls due again; on completion sample and deliver its tokens."""
+        arrives or falls due again (to completion when ``finish``: hot work waits for the
+        blocks it holds); on completion sample and deliver its tokens."""
         with self._lock:
-            due = self.scheduler.pause_due_at()
-        if not paused.forward.advance(lambda: self._hot_arrived or time.time() >= due):
+            due = math.inf if finish else self.scheduler.pause_due_at()
+        # a hot arrival during this step's hot forward runs next step: no layer before it
+        arrived = self._hot_arrived
+        if not paused.forward.advance(lambda: not finish and (self._hot_arrived
+                                                              or time.time() >= due),
+                                      min_layers=0 if arrived and not finish else 1):
             return []
         logits = paused.forward.logits()
         with self._lock:

@@ -28,11 +28,15 @@ class Scheduler(ABC):
         self.running: list[Sequence] = []
         self._unforked: dict[str, list[Sequence]] = {}  # parent seq id -> children
         self.num_preemptions = 0
-        # Layer-level pause (see ``hold``): set by an executor that can stop a forward between
-        # layers (the engine); the simulator runs whole steps and leaves it off.
-        self.layer_pause = False
+        # Layer-level pause (see ``hold``): the number of decoder layers of a forward that the
+        # executor can stop between (the engine sets it); 0, as in the simulator, which runs
+        # whole steps, turns pausing off.
+        self.layer_pause = 0
         self.held: list[Sequence] = []
         self._free_on_release: list[Sequence] = []
+        # set by ``schedule`` when urgent work could not get KV blocks because held sequences
+        # keep theirs: the executor should complete the paused forward now
+        self.release_wanted = False
 
     # ---- requests in and out -------------------------------------------------------------
     def add(self, seqs: list[Sequence], now: float) -> None:

@@ -40,7 +40,10 @@ class LaserPolicyConfig:
     the simulator): hot work and the rest run in separate steps; a step without hot work
     stops at the next layer boundary when a hot request arrives or a hot stream's next token
     falls due (``tbt_safety`` of its TBT target after the last one, less the hot step's
-    estimated time), and resumes after the hot step.
+    estimated time), and resumes after the hot step. While hot traffic was seen within
+    ``reserve_window_s``, such a step is sized so that one layer takes at most
+    ``pause_layer_frac`` of the latest hot TBT target: a hot arrival waits at most that long
+    for the layer in flight.
     """
 
     reserve_enabled: bool = True
@@ -75,6 +78,7 @@ class LaserPolicyConfig:
     triage_enabled: bool = True
     triage_demotion_budget: float = 0.04
     layer_pause_enabled: bool = True
+    pause_layer_frac: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("reserve_margin", "reserve_window_s", "pressure_window_s",
@@ -84,7 +88,7 @@ class LaserPolicyConfig:
                 raise ValueError(f"{name} must be non-negative")
         for name in ("reserve_max_frac", "tbt_safety", "tbt_safety_max", "ttft_slack_frac",
                      "pressure_slack_frac", "demote_fraction", "warm_share",
-                     "triage_demotion_budget"):
+                     "triage_demotion_budget", "pause_layer_frac"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1]")
         if self.reserve_min_tokens < 0:

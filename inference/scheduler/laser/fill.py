@@ -121,7 +121,9 @@ class StepFill:
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if p.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if p.hot_over_warm_floor else warm), default=None)
-        self.cap_s = min(hot_caps + warm, default=None)
+        # a pausable step: short enough layers that a hot arrival soon gets its turn
+        pause = [s.pause_step_cap_s(self.now)] if self.mode == "other" else []
+        self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = self._tokens_within(self.cap_s, len(decodes))
         self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
@@ -161,10 +163,12 @@ class StepFill:
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
             return
-        if cls > 0 and self.hold_blocks and is_waiting:
+        if cls > 0 and self.hold_blocks and is_waiting and (self.s.running or self.s.held):
             # the hot reserve keeps new cold/warm prompts out; a prompt already running goes on
             # into it (hot preempts it if it needs the blocks): held back, running prefills
-            # that between them filled the pool waited for each other forever
+            # that between them filled the pool waited for each other forever. With nothing
+            # running it keeps nothing out: the reserve would only idle the engine until its
+            # window forgot the peak
             if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
                 self._admit_closed = True
                 return
@@ -216,6 +220,7 @@ class StepFill:
         while got is None and cls <= 1 and self._preempt_below(key):
             got = s.try_schedule(seq, n)
         if got is None:
+            s.release_wanted |= cls == 0 and bool(s.held)
             s.release_unscheduled(seq)
             self._admit_closed = True
             return
@@ -230,6 +235,9 @@ class StepFill:
         while got is None and self._preempt_below(key):
             got = s.try_schedule(seq, n)
         if got is None:
+            if key[0] == 0 and s.held:  # the paused forward's blocks: wait for its release
+                s.release_wanted = True
+                return
             self._preempt(seq)
             return
         self._take(seq, got, key[0])

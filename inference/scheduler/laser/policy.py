@@ -60,6 +60,7 @@ class LaserScheduler(Scheduler):
         self.cold_need = 0.0
         self.num_demotions = self.num_promotions = 0
         self._hot_admitted = self._triage_demotions = 0
+        self._hot_seen: tuple[float, float] | None = None  # last hot admission: time, TBT
         self._refreshed = -math.inf
         self._new_cold: list[Sequence] = []  # admitted since the last slack refresh
         self._last_tokens = 1
@@ -139,6 +140,7 @@ class LaserScheduler(Scheduler):
                 raise
         if head.tier is HOT:
             self._hot_admitted += 1
+            self._hot_seen = (now, head.targets.tbt_p99_s)  # for the pause granularity
 
     # ---- hot triage -----------------------------------------------------------------------
     def _hot_pending(self) -> list[Sequence]:
@@ -208,6 +210,7 @@ class LaserScheduler(Scheduler):
     def schedule(self, now: float) -> StepPlan:
         p = self.policy
         cfg = self.config
+        self.release_wanted = False
         self.speeds = Speeds.measure(self.cost, self._last_tokens, self._context,
                                      cfg.long_prefill_chunk, cfg.max_num_batched_tokens)
         changes: list[tuple[str, TierChange]] = []
@@ -269,6 +272,17 @@ class LaserScheduler(Scheduler):
         step = self.cost.step_time(len(hot), sum(q.num_computed_tokens for q in hot))
         return min((q.last_token_time or -math.inf) + safety * q.targets.tbt_p99_s
                    for q in hot) - step
+
+    def pause_step_cap_s(self, now: float) -> float | None:
+        """Longest step a pausable fill may take: ``pause_layer_frac`` of the latest hot TBT
+        target per layer, while hot traffic was seen within the reserve window; else None."""
+        if not (self.layer_pause and self.policy.layer_pause_enabled and self._hot_seen):
+            return None
+        seen, tbt = self._hot_seen
+        if now - seen > self.policy.reserve_window_s and not any(
+                self.rank(q) == 0 for q in self.running):
+            return None
+        return self.policy.pause_layer_frac * tbt * self.layer_pause
 
     def _hot_due(self, now: float) -> bool:
         if any(self.rank(q) == 0 for q in self.waiting):

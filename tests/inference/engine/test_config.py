@@ -49,3 +49,10 @@ def test_bad_environment_names_the_variable():
         EngineConfig.from_env({"LASER_THREADS": "two"})
     with pytest.raises(ValueError, match="matmul_dtype"):
         EngineConfig.from_env({"LASER_MATMUL_DTYPE": "fp8"})
+
+
+def test_layer_pause_is_on_unless_the_environment_turns_it_off():
+    assert EngineConfig.from_env({}).layer_pause
+    assert not EngineConfig.from_env({"LASER_LAYER_PAUSE": "false"}).layer_pause
+    with pytest.raises(ValueError, match="LASER_LAYER_PAUSE"):
+        EngineConfig.from_env({"LASER_LAYER_PAUSE": "sometimes"})

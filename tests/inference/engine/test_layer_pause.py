@@ -117,3 +117,24 @@ def test_layerwise_forward_gives_the_same_logits_as_execute():
             outputs.append(engine.runner.execute(batch))
     assert outputs[0].shape == outputs[1].shape == (2, engine.model_config.vocab_size)
     torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+
+
+def test_hot_that_needs_the_held_blocks_gets_them_once_the_forward_completes():
+    outputs = {}
+    for layer_pause in (True, False):
+        engine = make_engine(num_blocks=8, policy="laser", layer_pause=layer_pause)
+        for i in range(2):  # 2 x 3 blocks of the 8
+            engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
+        hot = _request("hot", prompt_ids(10, 9), Tier.HOT)  # 3 blocks: only 2 are free
+        seen = _hot_during_first_cold_layer(engine, hot)
+        seen["step"] = 0
+        engine.step()
+        if layer_pause:
+            assert len(engine.scheduler.held) == 2
+            engine.step()  # no blocks for hot: the paused forward completes instead
+            assert engine.scheduler.release_wanted and engine._paused is None
+            assert not engine.scheduler.held
+        out = run(engine, on_step=lambda i: seen.__setitem__("step", i + 2))
+        outputs[layer_pause] = {rid: out[rid][0][0] for rid in out}
+        assert engine.scheduler.kv.num_free_blocks == 8
+    assert outputs[True] == outputs[False] and len(outputs[True]["hot"]) == 6

@@ -17,10 +17,13 @@ HOT = ContractTargets(ttft_p99_s=1.0, tbt_p99_s=0.5)
 PAUSE = replace(LaserPolicyConfig.none(), layer_pause_enabled=True)  # the other parts off
 
 
-def laser(layer_pause: bool = True, policy: LaserPolicyConfig | None = None):
+def laser(layer_pause: int = 30, policy: LaserPolicyConfig | None = None,
+          num_blocks: int = 128):
+    """``layer_pause``: the layers the executor can stop between (0: none)."""
     sched = make_scheduler("laser", options={"policy_config": policy or PAUSE,
                                              "cost": COST},
-                           num_blocks=128, max_num_batched_tokens=64, long_prefill_chunk=64)
+                           num_blocks=num_blocks, max_num_batched_tokens=64,
+                           long_prefill_chunk=64)
     sched.layer_pause = layer_pause
     return sched
 
@@ -83,8 +86,39 @@ def test_a_held_sequence_that_finishes_keeps_its_blocks_until_release():
 
 def test_without_layer_pause_hot_and_cold_share_a_step():
     # the executor cannot pause, or the policy's switch is off
-    for sched in (laser(layer_pause=False), laser(policy=LaserPolicyConfig.none())):
+    for sched in (laser(layer_pause=0), laser(policy=LaserPolicyConfig.none())):
         hot_decoding(sched)
         plan = sched.schedule(1.01)
         assert tiers(sched, plan) == {Tier.HOT, Tier.COLD} and not sched.may_pause(plan)
         assert sched.pause_due_at() == math.inf
+
+
+def test_hot_that_needs_the_held_blocks_asks_for_the_release_then_preempts():
+    sched = laser(num_blocks=8)  # blocks of 4 tokens
+    sched.add(make_request("c", 24, max_tokens=50, tier=Tier.COLD, deadline=1e6), 0.0)
+    cold = sched.schedule(0.0)  # the cold prompt takes 6 of the 8 blocks
+    sched.hold(s.seq_id for s in cold.scheduled)
+    sched.add(make_request("h", 12, max_tokens=4, targets=HOT, first_token=60), 0.01)
+    plan = sched.schedule(0.01)
+    assert plan.is_empty and sched.release_wanted  # 3 blocks needed, 2 free, none to preempt
+    assert [s.seq_id for s in sched.held] == ["c-0"]  # the held one is never preempted
+    sched.release()  # the paused forward completed: its token is folded back as usual
+    sched.update(cold, {"c-0": 7}, 0.02)
+    plan = sched.schedule(0.02)
+    assert tiers(sched, plan) == {Tier.HOT} and not sched.release_wanted
+    assert plan.preempted == ("c-0",)
+
+
+def test_pausable_steps_keep_their_layers_short_while_hot_traffic_is_seen():
+    # one layer may take 0.1 of the hot TBT target (0.5 s); one layer: a step of 0.05 s, 40
+    # tokens at 0.01 + 0.001 per token (without the cap: the budget's 64, 8 + 56 of 60)
+    sched = laser(layer_pause=1)
+    hot_decoding(sched)
+    sched.add(make_request("long", 60, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
+    plan = sched.schedule(1.01)
+    assert tiers(sched, plan) == {Tier.COLD}
+    assert plan.num_batched_tokens <= 40 and COST.step_time(plan.num_batched_tokens) <= 0.05
+    assert sched.pause_step_cap_s(1.01) == pytest.approx(0.1 * 0.5)
+    # long after the last hot turn, with no hot stream left, the cap is off
+    sched.abort("h")
+    assert sched.pause_step_cap_s(1.0 + 10 * sched.policy.reserve_window_s) is None
