@@ -22,7 +22,7 @@ from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
 from inference.scheduler.laser.admission import check_cold, check_hot
 from inference.scheduler.laser.config import LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
-from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.fill import MIN_HOT_CHUNK, StepFill
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.reserve import HotReserve
 from inference.scheduler.laser.slack import (
@@ -149,7 +149,10 @@ class LaserScheduler(Scheduler):
                 if s.tier is HOT and s.first_token_time is None and s.seq_id not in self.aged]
 
     def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
-        step = min(self._hot_step_tokens, self.config.long_prefill_chunk)
+        # the fill gives hot prefill at least MIN_HOT_CHUNK a step even when the TBT cap
+        # leaves less (on a slow CPU it can leave a token or none: priced at one token a step,
+        # 16 simultaneous chats looked three times deeper than they were and were refused)
+        step = min(max(self._hot_step_tokens, MIN_HOT_CHUNK), self.config.long_prefill_chunk)
         work = prefill_work_s(self.speeds, step, getattr(self.cost, "prefill_attn_s", None))
         demote = self.policy.demotion_enabled
         return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s),

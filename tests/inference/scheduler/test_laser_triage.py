@@ -14,6 +14,7 @@ from inference.errors import EngineOverloaded
 from inference.request import ContractTargets, Tier
 from inference.scheduler import LaserPolicyConfig, LinearCost
 from inference.scheduler.laser.estimate import EstimateError
+from inference.scheduler.laser.fill import MIN_HOT_CHUNK
 from inference.scheduler.laser.triage import HotJob, late_jobs
 from tests.inference.factories import make_request, make_scheduler, run_timed, step
 
@@ -156,6 +157,30 @@ def test_overload_refuses_only_what_triage_serves_late_past_the_factor():
             assert sched.hot_late == set()  # computed at the next step
             step(sched, 0.0)
             assert sched.hot_late == {"x-0"}
+
+
+def test_overload_prices_hot_prefill_at_the_chunk_the_fill_really_gives():
+    # A slow machine: a step's fixed 90 ms nearly fills the 95 ms TBT cap of a running hot
+    # stream, so the cap leaves hot prefill ~5 tokens a step, but the fill still gives it 32
+    # (MIN_HOT_CHUNK). Priced at the cap, each 40-token prompt looked like 40 steps (3.6 s)
+    # and the second of a burst was refused against 10 x 0.2 s; at 32-token steps eight
+    # queue 7 x (40 ms + 1.3 x 90 ms) = 1.1 s deep: all admitted; forty are not.
+    policy = replace(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0,
+                     chunking_enabled=True)
+    for burst, refusals in ((8, False), (40, True)):
+        sched = laser(policy, cost=LinearCost(0.09, 0.001), max_num_batched_tokens=512,
+                      long_prefill_chunk=512)
+        sched.add(hot("s", 8, 0.2, max_tokens=100, tbt_p99_s=0.1), 0.0)
+        for t in range(3):
+            step(sched, 0.1 * t)
+        assert sched._hot_step_tokens < MIN_HOT_CHUNK
+        refused = 0
+        for i in range(burst):
+            try:
+                sched.add(hot(f"b{i}", 40, 0.2, tbt_p99_s=0.1), 0.3)
+            except EngineOverloaded:
+                refused += 1
+        assert bool(refused) == refusals, refused
 
 
 @pytest.mark.parametrize("ahead", [0, 1])
