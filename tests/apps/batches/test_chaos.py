@@ -1,6 +1,6 @@
 """Chaos: SIGKILL the Celery worker in the middle of a chunk of a 200-line batch, start a new
-worker; Redis redelivers the lost chunk after the visibility timeout and the output file has
-exactly 200 lines, each custom_id once."""
+worker; Redis redelivers the lost chunk after the visibility timeout (or another message for
+its lines runs them first) and the output file has exactly 200 lines, each custom_id once."""
 
 from __future__ import annotations
 
@@ -54,7 +54,11 @@ def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
 
         stack.worker("second")
         done = wait_batch(client, batch.id, timeout=120)
-        assert lost <= _chunks((tmp_path / "second.log").read_text(), "received")
+        # the lost chunk's lines come back with its redelivery, unless another message for
+        # the same lines (a re-dispatch; chunks skip lines already written) ran them first,
+        # as one CI run saw: the batch completed 7 s after the kill, before the 12 s
+        # visibility timeout. Either way the second worker did the rest:
+        assert _chunks((tmp_path / "second.log").read_text(), "succeeded")
         assert done.status == "completed", done
         assert (done.request_counts.completed, done.request_counts.failed) == (LINES, 0)
         assert done.error_file_id is None
