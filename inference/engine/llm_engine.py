@@ -14,11 +14,11 @@ until it completes and its tokens are sampled as if it had never stopped.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,9 +42,8 @@ class _Paused:
     """A forward stopped between layers, with what its completion needs."""
 
     plan: StepPlan
-    batch: BatchInputs
     rows: list[SamplingRow]
-    forward: LayerwiseForward
+    forward: LayerwiseForward  # holds the batch
 
 
 class LLMEngine:
@@ -188,22 +187,23 @@ class LLMEngine:
             else:
                 batch = self.runner.prepare(plan, self.scheduler.seqs)
                 rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
-                pausable = paused is None and self.scheduler.may_pause(plan)
-                due = self.scheduler.pause_due_at() if pausable else 0.0
-        if not plan.is_empty and pausable:
+                # a pausable step stops for hot work at this time (or on a hot arrival)
+                due = (self.scheduler.pause_due_at()
+                       if paused is None and self.scheduler.may_pause(plan) else None)
+        if not plan.is_empty and due is None:
+            t_run = time.perf_counter()
+            logits = self.runner.execute(batch)
+            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run)
+        elif not plan.is_empty:
             forward = self.runner.begin(batch)
-            if not forward.advance(lambda: self._hot_arrived or time.time() >= due):
+            if not forward.advance(self._stop_at(due)):
                 with self._lock:
                     self.scheduler.hold(item.seq_id for item in plan.scheduled)
                     # tier changes go out now; the tokens, when the forward completes
                     deltas += self._tier_only(plan, set())
-                    self._paused = _Paused(replace(plan, tier_changes=()), batch, rows, forward)
+                    self._paused = _Paused(replace(plan, tier_changes=()), rows, forward)
                 return deltas
             deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds)
-        elif not plan.is_empty:
-            t_run = time.perf_counter()
-            logits = self.runner.execute(batch)
-            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run)
         if paused is not None:
             deltas += self._resume(paused, finish)
         with self._lock:
@@ -211,24 +211,30 @@ class LLMEngine:
             self._meter.record(time.time(), time.perf_counter() - t0, produced)
         return deltas
 
+    def _stop_at(self, due: float) -> Callable[[], bool]:
+        """A paused-forward stop test: a hot request arrived, or ``due`` has passed."""
+        return lambda: self._hot_arrived or time.time() >= due
+
     def _resume(self, paused: _Paused, finish: bool) -> list[Delta]:
         """Advance a paused forward (at least one layer) until it completes or hot work
         arrives or falls due again (to completion when ``finish``: hot work waits for the
         blocks it holds); on completion sample and deliver its tokens."""
-        with self._lock:
-            due = math.inf if finish else self.scheduler.pause_due_at()
-        # a hot arrival during this step's hot forward runs next step: no layer before it
-        arrived = self._hot_arrived
-        if not paused.forward.advance(lambda: not finish and (self._hot_arrived
-                                                              or time.time() >= due),
-                                      min_layers=0 if arrived and not finish else 1):
-            return []
-        logits = paused.forward.logits()
+        forward = paused.forward
+        if finish:
+            forward.advance(lambda: False)
+        else:
+            with self._lock:
+                due = self.scheduler.pause_due_at()
+            # a hot arrival during this step's hot forward runs next step: no layer before it
+            if not forward.advance(self._stop_at(due),
+                                   min_layers=0 if self._hot_arrived else 1):
+                return []
+        logits = forward.logits()
         with self._lock:
             self._paused = None
             self.scheduler.release()
         # its time was split across steps with hot steps between: no sample for the cost model
-        return self._complete(paused.plan, paused.batch, paused.rows, logits, None)
+        return self._complete(paused.plan, forward.batch, paused.rows, logits, None)
 
     def _complete(self, plan: StepPlan, batch: BatchInputs, rows: list[SamplingRow],
                   logits: torch.Tensor, run_s: float | None) -> list[Delta]:

@@ -54,15 +54,15 @@ class StepFill:
         s = self.s
         keyed = sorted((s.key(q), q) for q in s.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
-        if self.mode != "all":
-            keyed = [(k, q) for k, q in keyed if (k[0] == 0) == (self.mode == "hot")]
+        keys, key = s._keys, s.key
+        waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
+        if self.mode != "all":  # class 0 only, or all but class 0
+            hot = self.mode == "hot"
+            keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
+            waiting = [(k, q) for k, q in waiting if (k[0] == 0) == hot]
         self.context = sum(q.num_computed_tokens for _, q in keyed)
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
-        keys, key = s._keys, s.key
-        waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
-        if self.mode != "all":
-            waiting = [(k, q) for k, q in waiting if (k[0] == 0) == (self.mode == "hot")]
         decodes = self._limits(decodes, prefills, waiting)
         for k, q in decodes:
             self._run_one(k, q, 1)

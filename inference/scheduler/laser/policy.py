@@ -241,7 +241,7 @@ class LaserScheduler(Scheduler):
         """The step's fill. With layer pause, hot work and the rest go in separate steps (the
         rest's steps pause for hot): hot only while a paused forward is held or hot work is
         due, else the rest; the first of those that finds work wins."""
-        if not (self.layer_pause and self.policy.layer_pause_enabled):
+        if not self.pausing:
             modes: tuple[str, ...] = ("all",)
         elif self.held:
             modes = ("hot",)
@@ -259,8 +259,13 @@ class LaserScheduler(Scheduler):
         return fill, preempted
 
     # ---- layer-level pause ----------------------------------------------------------------
+    @property
+    def pausing(self) -> bool:
+        """The executor can stop between layers and the policy wants it to."""
+        return bool(self.layer_pause) and self.policy.layer_pause_enabled
+
     def may_pause(self, plan: StepPlan) -> bool:
-        if not (self.layer_pause and self.policy.layer_pause_enabled) or plan.is_empty:
+        if not self.pausing or plan.is_empty:
             return False
         return all(self.rank(self.seqs[i.seq_id]) != 0 for i in plan.scheduled
                    if i.seq_id in self.seqs)
@@ -269,7 +274,7 @@ class LaserScheduler(Scheduler):
         """When the earliest running hot stream's next token falls due: ``tbt_safety`` of its
         TBT target after its last token, less the estimated hot step."""
         hot = [q for q in self.running if self.rank(q) == 0 and not q.is_prefilling]
-        if not (self.layer_pause and self.policy.layer_pause_enabled and hot):
+        if not (self.pausing and hot):
             return math.inf
         safety = self.tbt_safety()
         step = self.cost.step_time(len(hot), sum(q.num_computed_tokens for q in hot))
@@ -279,7 +284,7 @@ class LaserScheduler(Scheduler):
     def pause_step_cap_s(self, now: float) -> float | None:
         """Longest step a pausable fill may take: ``pause_layer_frac`` of the latest hot TBT
         target per layer, while hot traffic was seen within the reserve window; else None."""
-        if not (self.layer_pause and self.policy.layer_pause_enabled and self._hot_seen):
+        if not (self.pausing and self._hot_seen):
             return None
         seen, tbt = self._hot_seen
         if now - seen > self.policy.reserve_window_s and not any(
