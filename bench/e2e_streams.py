@@ -43,30 +43,17 @@ def manage(env: dict, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
-def start_worker(env: dict, log: Path) -> subprocess.Popen:
-    """``manage.py run_engine``, returned once it reports ready."""
+def start(env: dict, log: Path, args: list[str], ready: str) -> tuple[subprocess.Popen, str]:
+    """``manage.py *args``, its output in ``log`` (a pipe nobody reads would fill up and stall
+    it); returns the process and the match of the ``ready`` pattern once its log shows it."""
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "run_engine"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
     while proc.poll() is None:
-        if "ready on" in log.read_text():
-            return proc
+        if match := re.search(ready, log.read_text()):
+            return proc, match.group(0)
         time.sleep(0.2)
-    raise RuntimeError(f"the engine worker exited with {proc.returncode}:\n{log.read_text()}")
-
-
-def start_server(env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    """``manage.py serve`` on a free port, its output in ``log`` (a pipe nobody reads would
-    fill up and stall it); returns the process and its URL once it listens."""
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", "0",
-                                 "--log-level", "warning"], cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    while proc.poll() is None:
-        if match := re.search(r"serving on (http://\S+)", log.read_text()):
-            return proc, match.group(1)
-        time.sleep(0.2)
-    raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
+    raise RuntimeError(f"{args[0]} exited with {proc.returncode}:\n{log.read_text()}")
 
 
 async def one_stream(client, prompt: str, tokens: int) -> dict:
@@ -155,9 +142,11 @@ def main() -> None:
         try:
             if args.remote:
                 threads = args.worker_threads or len(os.sched_getaffinity(0))
-                procs.append(start_worker({**env, "LASER_THREADS": str(threads)},
-                                          Path(var_dir) / "worker.log"))
-            proc, url = start_server(env, Path(var_dir) / "server.log")
+                procs.append(start({**env, "LASER_THREADS": str(threads)},
+                                   Path(var_dir) / "worker.log", ["run_engine"], "ready on")[0])
+            proc, url = start(env, Path(var_dir) / "server.log",
+                              ["serve", "--port", "0", "--log-level", "warning"],
+                              r"(?<=serving on )http://\S+")
             procs.append(proc)
             results = asyncio.run(bench(url, key, args))
         finally:
