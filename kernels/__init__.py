@@ -11,7 +11,7 @@ from __future__ import annotations
 from kernels.activation import silu_and_mul
 from kernels.cpu_allocator import tune_cpu_allocator
 from kernels.decode_attention import block_index, paged_decode_attention
-from kernels.dispatch import backend, use_triton
+from kernels.dispatch import backend, use_native, use_triton
 from kernels.kv_cache import write_kv
 from kernels.linear import bf16_matmul_supported, linear, pack_linear_weight
 from kernels.prefill_attention import paged_prefill_attention
@@ -31,6 +31,7 @@ __all__ = [
     "rotary_embedding",
     "silu_and_mul",
     "tune_cpu_allocator",
+    "use_native",
     "use_triton",
     "write_kv",
 ]

@@ -1,10 +1,13 @@
-"""Backend choice for every public kernel: Triton on CUDA, the PyTorch reference elsewhere.
+"""Backend choice for every public kernel: Triton on CUDA, the PyTorch reference elsewhere, and
+on the CPU the model's fused C kernels (``kernels/_cpu``) where they build.
 
 ``LASER_KERNELS`` forces a backend:
 
 - ``auto`` (default): Triton when the tensors are on CUDA and ``triton`` imports, else reference;
 - ``triton``: always Triton (on CPU tensors this needs ``TRITON_INTERPRET=1`` set before the
   first Triton kernel is used: that is how the interpreter tests run the model end to end);
+- ``native``: the CPU model path runs the C kernels of ``kernels/_cpu`` (an error if they do not
+  build here); ``auto`` uses them on CPU tensors whenever they build;
 - ``reference``: always the PyTorch reference.
 
 The variable is read on every call (a dict lookup) so tests can flip it with ``monkeypatch``.
@@ -20,7 +23,7 @@ import os
 
 import torch
 
-BACKENDS = ("auto", "triton", "reference")
+BACKENDS = ("auto", "triton", "native", "reference")
 ENV_VAR = "LASER_KERNELS"
 
 
@@ -57,3 +60,19 @@ def use_triton(tensor: torch.Tensor) -> bool:
             )
         return True
     return tensor.is_cuda and triton_available()
+
+
+def use_native(tensor: torch.Tensor) -> bool:
+    """Whether the model's CPU layers should run on the C kernels (``kernels/_cpu``) for a
+    forward whose activations are ``tensor``."""
+    mode = backend()
+    if tensor.device.type != "cpu" or mode in ("reference", "triton"):
+        return False
+    from kernels._cpu import library
+
+    if library() is None:
+        if mode == "native":
+            raise RuntimeError(f"{ENV_VAR}=native but the CPU kernels do not build here "
+                               "(see the warning above)")
+        return False
+    return True

@@ -61,18 +61,24 @@ def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None,
-           bias: torch.Tensor | None = None) -> torch.Tensor:
+           bias: torch.Tensor | None = None, raw: bool = False) -> torch.Tensor:
     """``x`` ``[num_tokens, in]`` times ``weight`` ``[out, in]`` transposed (+ ``bias``).
 
     ``packed`` is ``pack_linear_weight(weight)`` (or None); the result is the same either way.
-    A bfloat16 ``packed`` for a float32 ``x`` gives the mixed-precision product (module doc).
+    A bfloat16 ``packed`` for a float32 ``x`` gives the mixed-precision product (module doc);
+    ``raw`` returns that product (without a bias) as oneDNN gives it, in bfloat16, for a
+    consumer that reads bfloat16 (the C kernels) instead of converting it to float32 here, and
+    a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is.
     """
     if packed is not None and x.device.type == "cpu":
-        if packed.dtype == x.dtype:
-            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [],
-                                                      "")
-        if packed.dtype == torch.bfloat16 and x.dtype == torch.float32:
+        if packed.dtype == weight.dtype:
+            if x.dtype == packed.dtype:
+                return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none",
+                                                          [], "")
+        elif packed.dtype == torch.bfloat16 and x.dtype in (torch.float32, torch.bfloat16):
             out = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16).contiguous(), packed,
-                                                     None, "none", [], "").float()
-            return out if bias is None else out.add_(bias)
-    return F.linear(x, weight, bias)
+                                                     None, "none", [], "")
+            if raw and bias is None:
+                return out
+            return out.float() if bias is None else out.float().add_(bias)
+    return F.linear(x if x.dtype == weight.dtype else x.to(weight.dtype), weight, bias)

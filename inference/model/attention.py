@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import kernels
+from kernels import _cpu
 
 from .config import ModelConfig
 from .metadata import AttentionMetadata
@@ -57,3 +58,23 @@ class Attention(nn.Module):
             out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                                   meta.query_start_loc, meta.seq_lens, self.scale)
         return kernels.linear(out.reshape(num_tokens, self.q_size), self.o_weight, self.o_packed)
+
+    def forward_native(self, positions: torch.Tensor, hidden: torch.Tensor,
+                       cos_sin_cache: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                       meta: AttentionMetadata, act_dtype: torch.dtype) -> torch.Tensor:
+        """`forward` on the C kernels (`DecoderLayer.forward_native`): rotary and the cache
+        write in one call, decode attention read from the paged cache in place; the result is
+        the O projection's raw product (`act_dtype` with bfloat16-packed weights)."""
+        num_tokens = hidden.shape[0]
+        qkv = kernels.linear(hidden, self.qkv_weight, self.qkv_packed, self.qkv_bias, raw=True)
+        k_cache, v_cache = kv_cache
+        q = _cpu.rope_write_kv(qkv.contiguous(), positions, cos_sin_cache, k_cache, v_cache,
+                               meta.slot_mapping, self.num_heads)
+        if meta.is_decode_only:
+            out = _cpu.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                                        self.scale, act_dtype)
+        else:
+            out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
+                                                  meta.query_start_loc, meta.seq_lens, self.scale)
+        return kernels.linear(out.view(num_tokens, self.q_size), self.o_weight, self.o_packed,
+                              raw=True)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
+from kernels import _cpu
 
 from .attention import Attention
 from .config import ModelConfig
@@ -24,6 +25,12 @@ class DecoderLayer(nn.Module):
 
     The residual add is fused into the next norm (`kernels.rms_norm(x, w, eps, residual)`), so a
     layer returns `(hidden, residual)` and the caller adds the last residual in `norm_out`.
+
+    On a CPU with the C kernels (`kernels.use_native`) and float32 activations and cache, the
+    layer runs `forward_native` instead: the same math with the work between the matmuls fused
+    into four C calls, the residual stream updated in place, and with bfloat16-packed weights
+    (mixed precision) the activations handed from one matmul to the next in bfloat16, which is
+    what the matmul rounds them to anyway.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -42,6 +49,9 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
+        if kv_cache[0].dtype == torch.float32 and self.input_norm.dtype == torch.float32 and \
+                kernels.use_native(hidden):
+            return self.forward_native(positions, hidden, residual, kv_cache, meta)
         if residual is None:
             residual = hidden
             hidden = kernels.rms_norm(hidden, self.input_norm, self.eps)
@@ -52,6 +62,24 @@ class DecoderLayer(nn.Module):
         hidden = kernels.silu_and_mul(kernels.linear(hidden, self.gate_up_weight,
                                                      self.gate_up_packed))
         return kernels.linear(hidden, self.down_weight, self.down_packed), residual
+
+    def forward_native(self, positions: torch.Tensor, hidden: torch.Tensor,
+                       residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                       meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` on the C kernels; `hidden` may be bfloat16 (a mixed-precision product),
+        `residual` is float32 and updated in place."""
+        act = torch.bfloat16 if (self.down_packed is not None
+                                 and self.down_packed.dtype == torch.bfloat16) else torch.float32
+        if residual is None:
+            residual = hidden.float() if hidden.dtype != torch.float32 else hidden
+            x = _cpu.add_rms_norm(residual, self.input_norm, self.eps, None, act)
+        else:
+            x = _cpu.add_rms_norm(hidden, self.input_norm, self.eps, residual, act)
+        x = self.attn.forward_native(positions, x, self.cos_sin_cache, kv_cache, meta, act)
+        x = _cpu.add_rms_norm(x, self.post_attn_norm, self.eps, residual, act)
+        x = _cpu.silu_and_mul(kernels.linear(x, self.gate_up_weight, self.gate_up_packed,
+                                             raw=True), act)
+        return kernels.linear(x, self.down_weight, self.down_packed, raw=True), residual
 
 
 class LlamaModel(nn.Module):
@@ -114,6 +142,10 @@ class LlamaModel(nn.Module):
 
     def norm_out(self, hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """Final residual add + RMSNorm after the last layer."""
+        if residual is not None and residual.dtype == torch.float32 and \
+                self.norm.dtype == torch.float32 and kernels.use_native(hidden):
+            return _cpu.add_rms_norm(hidden.contiguous(), self.norm, self.config.rms_norm_eps,
+                                     residual, torch.float32)
         if residual is None:
             return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps)
         return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps, residual)[0]

@@ -1,0 +1,177 @@
+"""Laser's C kernels for the CPU (``laser_cpu.c``): build once per machine, load with ctypes.
+
+The library is compiled on first use with the machine's C compiler (``CC``, default ``cc``)
+into ``LASER_NATIVE_DIR`` (default ``~/.cache/laser/native``), under a name that hashes the
+source, the flags and the CPU, so a changed source or another CPU builds afresh; a build writes
+a temporary file and renames it, so processes starting together do not see half a library.
+Where no compiler works, :func:`library` returns None and the model keeps the PyTorch path (a
+warning says why); ``LASER_KERNELS=native`` makes that an error instead.
+
+The wrappers take and return torch tensors; they check what the C code assumes (CPU,
+contiguous, dtypes) and raise ``ValueError`` otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("laser_cpu.c")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=c11", "-fPIC",
+         "-shared")
+DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+_i64, _f32, _ptr, _int = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int
+SIGNATURES = {
+    "laser_add_rms_norm": (_ptr, _int, _ptr, _ptr, _f32, _i64, _i64, _ptr, _int),
+    "laser_rope_write_kv": (_ptr, _int, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr,
+                            _ptr),
+    "laser_decode_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64,
+                               _f32, _ptr, _int),
+    "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
+}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _library_path(compiler: str) -> Path:
+    base = os.environ.get("LASER_NATIVE_DIR") or Path.home() / ".cache" / "laser" / "native"
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), compiler, *FLAGS, platform.machine(),
+                                    _cpu_name()]).encode()).hexdigest()[:16]
+    return Path(base) / f"laser_cpu-{key}.so"
+
+
+def build(path: Path, compiler: str) -> None:
+    """Compile ``laser_cpu.c`` into ``path`` (atomically: a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], check=True,
+                       capture_output=True, text=True, timeout=120)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, built first if needed; None where they cannot be built here."""
+    compiler = os.environ.get("CC", "cc")
+    try:
+        path = _library_path(compiler)
+        if not path.exists():
+            build(path, compiler)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        log.warning("CPU kernels unavailable (%s); using the PyTorch path", detail)
+        return None
+    for name, args in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, None
+    return lib
+
+
+def _check(t: torch.Tensor, name: str, *dtypes: torch.dtype) -> None:
+    if t.device.type != "cpu" or not t.is_contiguous() or t.dtype not in dtypes:
+        raise ValueError(f"{name}: expected a contiguous CPU tensor of {dtypes}, "
+                         f"got {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
+
+
+_ACTS = (torch.float32, torch.bfloat16)
+
+
+def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """RMSNorm of ``x`` (+ ``residual``) ``[T, H]`` as ``kernels.rms_norm``, except that the
+    sum is written back into ``residual`` (float32) in place and the result is ``out_dtype``."""
+    _check(x, "x", *_ACTS)
+    _check(weight, "weight", torch.float32)
+    if residual is not None:
+        _check(residual, "residual", torch.float32)
+        if residual.shape != x.shape:
+            raise ValueError(f"residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+    num_tokens, hidden = x.shape
+    out = torch.empty((num_tokens, hidden), dtype=out_dtype)
+    library().laser_add_rms_norm(
+        x.data_ptr(), DTYPES[x.dtype], None if residual is None else residual.data_ptr(),
+        weight.data_ptr(), eps, num_tokens, hidden, out.data_ptr(), DTYPES[out_dtype])
+    return out
+
+
+def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                  num_heads: int) -> torch.Tensor:
+    """Split ``qkv`` ``[T, (H + 2 KVH) D]``, rotate q and k (``kernels.rotary_embedding``),
+    write k and v into the caches at ``slots`` (``kernels.write_kv``); returns q ``[T, H, D]``
+    float32."""
+    _check(qkv, "qkv", *_ACTS)
+    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cos_sin, "cos_sin")):
+        _check(t, name, torch.float32)
+    _check(positions, "positions", torch.int64)
+    _check(slots, "slots", torch.int64)
+    num_tokens = qkv.shape[0]
+    _, _, num_kv_heads, head_dim = k_cache.shape
+    if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * head_dim:
+        raise ValueError(f"qkv width {qkv.shape[1]} does not fit {num_heads} + 2 x "
+                         f"{num_kv_heads} heads of {head_dim}")
+    q = torch.empty((num_tokens, num_heads, head_dim), dtype=torch.float32)
+    library().laser_rope_write_kv(
+        qkv.data_ptr(), DTYPES[qkv.dtype], num_tokens, num_heads, num_kv_heads, head_dim,
+        positions.data_ptr(), cos_sin.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
+        v_cache.data_ptr(), slots.data_ptr())
+    return q
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+    """``kernels.paged_decode_attention`` for float32 ``q`` and caches, read in place; the
+    result ``[S, H, D]`` in ``out_dtype``."""
+    for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
+        _check(t, name, torch.float32)
+    _check(block_tables, "block_tables", torch.int32)
+    _check(seq_lens, "seq_lens", torch.int32)
+    num_seqs, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads} kv heads")
+    out = torch.empty((num_seqs, num_heads, head_dim), dtype=out_dtype)
+    library().laser_decode_attention(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+        block_tables.shape[1], seq_lens.data_ptr(), num_seqs, num_heads, num_kv_heads, head_dim,
+        block_size, scale, out.data_ptr(), DTYPES[out_dtype])
+    return out
+
+
+def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """``kernels.silu_and_mul`` of ``x`` ``[T, 2 I]``, the result ``[T, I]`` in ``out_dtype``."""
+    _check(x, "x", *_ACTS)
+    num_tokens, width = x.shape
+    if width % 2:
+        raise ValueError(f"silu_and_mul: last dim {width} is odd")
+    out = torch.empty((num_tokens, width // 2), dtype=out_dtype)
+    library().laser_silu_and_mul(x.data_ptr(), DTYPES[x.dtype], num_tokens, width // 2,
+                                 out.data_ptr(), DTYPES[out_dtype])
+    return out

@@ -1,0 +1,282 @@
+/* Laser's CPU kernels: the work between the matmuls of a decoder layer, fused, in C.
+ *
+ * Why: on a CPU a decode step of a small model spends as long between its matmuls as in them
+ * when every norm, rotation, cache write and activation is a few PyTorch ops (each one
+ * dispatched, allocated and converted between bfloat16 and float32 separately) and the decode
+ * attention gathers every sequence's K/V before attending. Here each is one call over the raw
+ * buffers: activations come in as the matmul produced them (float32 or bfloat16), the
+ * arithmetic is float32 as in the PyTorch references (kernels/<op>.py), and results go out in
+ * the dtype the next matmul reads. The attention reads the paged cache in place.
+ *
+ * Built by kernels/_cpu/__init__.py with the machine's compiler (-O3 -march=native, no FMA
+ * contraction so that products round as PyTorch's separate multiplies do); loaded with ctypes.
+ * Single-threaded: the serving layout gives the engine one core (LASER_THREADS).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+enum { F32 = 0, BF16 = 1 };
+
+static inline float bf16_to_f32(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* round to nearest even, NaN stays NaN (PyTorch's rule) */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void load_row(const void *src, int dtype, int64_t n, float *dst) {
+    if (dtype == F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)src;
+    for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+}
+
+static void store_row(const float *src, int64_t n, void *dst, int dtype) {
+    if (dtype == F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+}
+
+static inline size_t elem_size(int dtype) { return dtype == F32 ? 4 : 2; }
+
+/* sum of a[i] * b[i]: with AVX-512 one fused multiply-add per 16 elements and one tree
+ * reduction; otherwise 16 independent lanes (vectorises without reassociation flags) */
+static inline float dot(const float *a, const float *b, int64_t n) {
+#ifdef __AVX512F__
+    if (n % 16 == 0) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+        return _mm512_reduce_add_ps(acc);
+    }
+#endif
+    float lane[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] += a[i + j] * b[i + j];
+    float s = 0.0f;
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int j = 0; j < 16; j++) s += lane[j];
+    return s;
+}
+
+/* exp(x) to about 1 ulp (Cephes' polynomial after a base-2 range reduction), written so that
+ * loops over it vectorise: no calls (floorf, fminf and fmaxf each stop GCC vectorising here),
+ * the rounding by the 1.5 * 2^23 trick; arguments are clamped to [-87, 88] */
+static inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) * (1 << 23)};
+    return p * scale.f;
+}
+
+/* out[t] = h / sqrt(mean(h^2) + eps) * weight, h = x[t] (+ residual[t], then residual[t] = h).
+ * x: [T, H] in x_dtype; residual: [T, H] float32 or NULL; out: [T, H] in out_dtype. */
+void laser_add_rms_norm(const void *x, int x_dtype, float *residual, const float *weight,
+                        float eps, int64_t T, int64_t H, void *out, int out_dtype) {
+    float *h = (float *)malloc((size_t)H * 4);
+    const char *xb = (const char *)x;
+    char *ob = (char *)out;
+    for (int64_t t = 0; t < T; t++) {
+        load_row(xb + (size_t)(t * H) * elem_size(x_dtype), x_dtype, H, h);
+        if (residual) {
+            float *r = residual + t * H;
+            for (int64_t i = 0; i < H; i++) h[i] += r[i];
+            memcpy(r, h, (size_t)H * 4);
+        }
+        float inv = 1.0f / sqrtf(dot(h, h, H) / (float)H + eps);
+        for (int64_t i = 0; i < H; i++) h[i] = h[i] * inv * weight[i];
+        store_row(h, H, ob + (size_t)(t * H) * elem_size(out_dtype), out_dtype);
+    }
+    free(h);
+}
+
+static inline void rotate(const float *x, const float *cos, const float *sin, int64_t half,
+                          float *out) {
+    for (int64_t i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half];
+        out[i] = x1 * cos[i] - x2 * sin[i];
+        out[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/* Rotary embedding of q and k (rotate-half convention, cos_sin[p] = [cos | sin], [P, D]) and
+ * the K/V cache write. qkv: [T, (H + 2 KVH) D] in dtype; q_out: [T, H, D] float32; caches
+ * float32 [slots, KVH, D]; slots[t] < 0 skips the write. */
+void laser_rope_write_kv(const void *qkv, int dtype, int64_t T, int64_t H, int64_t KVH,
+                         int64_t D, const int64_t *positions, const float *cos_sin,
+                         float *q_out, float *k_cache, float *v_cache, const int64_t *slots) {
+    int64_t width = (H + 2 * KVH) * D, half = D / 2;
+    float *row = (float *)malloc((size_t)width * 4);
+    const char *src = (const char *)qkv;
+    for (int64_t t = 0; t < T; t++) {
+        load_row(src + (size_t)(t * width) * elem_size(dtype), dtype, width, row);
+        const float *cos = cos_sin + positions[t] * D, *sin = cos + half;
+        for (int64_t h = 0; h < H; h++) rotate(row + h * D, cos, sin, half, q_out + (t * H + h) * D);
+        int64_t slot = slots[t];
+        if (slot < 0) continue;
+        for (int64_t h = 0; h < KVH; h++)
+            rotate(row + (H + h) * D, cos, sin, half, k_cache + (slot * KVH + h) * D);
+        memcpy(v_cache + slot * KVH * D, row + (H + KVH) * D, (size_t)(KVH * D) * 4);
+    }
+    free(row);
+}
+
+#ifdef __AVX512F__
+/* attention of one KV head's G query rows (G <= 4) over len cached rows of head_dim 64: q and
+ * the accumulators stay in registers, each K and V row is loaded once for all G queries */
+static inline void attend_64(const float *q, int G, const float *k_cache, const float *v_cache,
+                             const int64_t *rows, int64_t len, int64_t KVH, int64_t kh,
+                             float scale, float *scores, float *out) {
+    __m512 qv[4][4], acc[4][4];
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 4; j++) {
+            qv[g][j] = _mm512_loadu_ps(q + g * 64 + j * 16);
+            acc[g][j] = _mm512_setzero_ps();
+        }
+    float top[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, sum[4] = {0, 0, 0, 0};
+    for (int64_t t = 0; t < len; t++) {
+        const float *k = k_cache + (rows[t] * KVH + kh) * 64;
+        __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+        __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+        for (int g = 0; g < G; g++) {
+            __m512 d = _mm512_mul_ps(qv[g][0], k0);
+            d = _mm512_fmadd_ps(qv[g][1], k1, d);
+            d = _mm512_fmadd_ps(qv[g][2], k2, d);
+            d = _mm512_fmadd_ps(qv[g][3], k3, d);
+            float sc = _mm512_reduce_add_ps(d) * scale;
+            scores[g * len + t] = sc;
+            top[g] = sc > top[g] ? sc : top[g];
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *sc = scores + g * len, m = top[g], s = 0.0f;
+        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - m);
+        for (int64_t t = 0; t < len; t++) s += sc[t];
+        sum[g] = s;
+    }
+    for (int64_t t = 0; t < len; t++) {
+        const float *v = v_cache + (rows[t] * KVH + kh) * 64;
+        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+        __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+        for (int g = 0; g < G; g++) {
+            __m512 p = _mm512_set1_ps(scores[g * len + t]);
+            acc[g][0] = _mm512_fmadd_ps(p, v0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(p, v1, acc[g][1]);
+            acc[g][2] = _mm512_fmadd_ps(p, v2, acc[g][2]);
+            acc[g][3] = _mm512_fmadd_ps(p, v3, acc[g][3]);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        __m512 inv = _mm512_set1_ps(1.0f / sum[g]);
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(out + g * 64 + j * 16, _mm512_mul_ps(acc[g][j], inv));
+    }
+}
+#endif
+
+/* the same for any G and head_dim, in plain C */
+static void attend(const float *q, int64_t G, int64_t D, const float *k_cache,
+                   const float *v_cache, const int64_t *rows, int64_t len, int64_t KVH,
+                   int64_t kh, float scale, float *scores, float *out) {
+    for (int64_t t = 0; t < len; t++) {
+        const float *k = k_cache + (rows[t] * KVH + kh) * D;
+        for (int64_t g = 0; g < G; g++) scores[g * len + t] = dot(q + g * D, k, D) * scale;
+    }
+    memset(out, 0, (size_t)(G * D) * 4);
+    for (int64_t g = 0; g < G; g++) {
+        float *sc = scores + g * len, top = sc[0], sum = 0.0f;
+        for (int64_t t = 1; t < len; t++) top = sc[t] > top ? sc[t] : top;
+        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - top);
+        for (int64_t t = 0; t < len; t++) sum += sc[t];
+        float inv = 1.0f / sum;
+        for (int64_t t = 0; t < len; t++) sc[t] *= inv;
+    }
+    for (int64_t t = 0; t < len; t++) {
+        const float *v = v_cache + (rows[t] * KVH + kh) * D;
+        for (int64_t g = 0; g < G; g++) {
+            float p = scores[g * len + t], *a = out + g * D;
+            for (int64_t d = 0; d < D; d++) a[d] += p * v[d];
+        }
+    }
+}
+
+/* One query token per sequence against its paged cache, read in place.
+ * q: [S, H, D] float32; caches float32 [num_blocks * B, KVH, D]; block_tables: [S, stride]
+ * int32; seq_lens: [S] int32 (>= 1, the current token included); out: [S, H, D] in out_dtype.
+ * Query head h reads KV head h / (H / KVH). */
+void laser_decode_attention(const float *q, const float *k_cache, const float *v_cache,
+                            const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
+                            int64_t S, int64_t H, int64_t KVH, int64_t D, int64_t B, float scale,
+                            void *out, int out_dtype) {
+    int64_t G = H / KVH, max_len = 1;
+    for (int64_t s = 0; s < S; s++)
+        if (seq_lens[s] > max_len) max_len = seq_lens[s];
+    float *scores = (float *)malloc((size_t)(G * max_len) * 4);
+    int64_t *rows = (int64_t *)malloc((size_t)max_len * 8);
+    float *acc = (float *)malloc((size_t)(G * D) * 4);
+    char *ob = (char *)out;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t len = seq_lens[s];
+        const int32_t *table = block_tables + s * stride;
+        for (int64_t t = 0; t < len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
+        for (int64_t kh = 0; kh < KVH; kh++) {
+            const float *qh = q + (s * H + kh * G) * D;
+#ifdef __AVX512F__
+            if (D == 64 && G <= 4)
+                attend_64(qh, (int)G, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
+            else
+#endif
+                attend(qh, G, D, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
+            size_t at = (size_t)((s * H + kh * G) * D) * elem_size(out_dtype);
+            store_row(acc, G * D, ob + at, out_dtype);
+        }
+    }
+    free(acc);
+    free(rows);
+    free(scores);
+}
+
+/* out[t] = silu(gate) * up for x[t] = [gate | up] ([T, 2 I] in x_dtype; out [T, I]). */
+void laser_silu_and_mul(const void *x, int x_dtype, int64_t T, int64_t I, void *out,
+                        int out_dtype) {
+    float *row = (float *)malloc((size_t)(2 * I) * 4);
+    const char *xb = (const char *)x;
+    char *ob = (char *)out;
+    for (int64_t t = 0; t < T; t++) {
+        load_row(xb + (size_t)(t * 2 * I) * elem_size(x_dtype), x_dtype, 2 * I, row);
+        for (int64_t i = 0; i < I; i++) {
+            float g = row[i];
+            row[i] = g / (1.0f + fast_exp(-g)) * row[I + i];
+        }
+        store_row(row, I, ob + (size_t)(t * I) * elem_size(out_dtype), out_dtype);
+    }
+    free(row);
+}

@@ -1,0 +1,178 @@
+"""The C kernels of ``kernels/_cpu`` against the PyTorch references and a naive oracle, and the
+model's native CPU path against its PyTorch path."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import kernels
+from kernels import _cpu
+from kernels.activation import silu_and_mul_reference
+from kernels.kv_cache import write_kv_reference
+from kernels.rms_norm import rms_norm_reference
+from kernels.rotary import build_cos_sin_cache, rotary_embedding_reference
+from tests.kernels.paged import make_paged, rel_err
+from tests.kernels.test_decode_reference import naive_decode
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler on this machine")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built() -> None:
+    assert _cpu.library() is not None, "the CPU kernels did not build (see the log warning)"
+
+
+BF16 = torch.bfloat16
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, BF16])
+@pytest.mark.parametrize("out_dtype", [torch.float32, BF16])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_add_rms_norm_matches_the_reference(x_dtype, out_dtype, with_residual) -> None:
+    x = (torch.randn(7, 576) * 3).to(x_dtype)
+    weight = torch.randn(576)
+    residual = torch.randn(7, 576) if with_residual else None
+    if with_residual:
+        ref, ref_h = rms_norm_reference(x.float(), weight, 1e-5, residual)
+    else:
+        ref = rms_norm_reference(x.float(), weight, 1e-5)
+    inout = residual.clone() if with_residual else None
+    out = _cpu.add_rms_norm(x, weight, 1e-5, inout, out_dtype)
+    assert out.dtype == out_dtype and out.shape == (7, 576)
+    # float32 differs from the reference in summation order only; bfloat16 in one rounding
+    assert (out.float() - ref).abs().max() <= (2e-5 if out_dtype == torch.float32 else 0.02) * \
+        ref.abs().max()
+    if with_residual:
+        torch.testing.assert_close(inout, ref_h, rtol=0, atol=0)  # the sum, written in place
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+def test_rope_write_kv_matches_rotary_and_write_kv(dtype) -> None:
+    heads, kv_heads, dim, tokens = 9, 3, 64, 6
+    cos_sin = build_cos_sin_cache(dim, 512, 10000.0)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim).to(dtype)
+    positions = torch.tensor([0, 5, 17, 300, 511, 2])
+    slots = torch.tensor([3, 40, -1, 7, 63, 12])  # -1: padding, not written
+    caches = [torch.full((4, 16, kv_heads, dim), float("nan")) for _ in range(4)]
+    q, k, v = qkv.float().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k = q.reshape(tokens, heads, dim).clone(), k.reshape(tokens, kv_heads, dim).clone()
+    rotary_embedding_reference(positions, q, k, cos_sin)
+    write_kv_reference(k, v.reshape(tokens, kv_heads, dim), caches[0], caches[1], slots)
+    out = _cpu.rope_write_kv(qkv, positions, cos_sin, caches[2], caches[3], slots, heads)
+    torch.testing.assert_close(out, q, rtol=0, atol=0)
+    torch.testing.assert_close(caches[2], caches[0], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(caches[3], caches[1], rtol=0, atol=0, equal_nan=True)
+
+
+# (heads, kv_heads, head_dim): SmolLM2's shape (the AVX-512 path), and the plain C path
+@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 1, 32), (4, 4, 48)])
+@pytest.mark.parametrize("out_dtype", [torch.float32, BF16])
+def test_decode_attention_matches_a_naive_softmax(shape, out_dtype) -> None:
+    heads, kv_heads, dim = shape
+    seq_lens = [1, 16, 17, 90, 33]
+    k_cache, v_cache, tables = make_paged(seq_lens, 16, kv_heads, dim)  # NaN in unwritten rows
+    q = torch.randn(len(seq_lens), heads, dim)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    out = _cpu.decode_attention(q, k_cache, v_cache, tables, lens, dim ** -0.5, out_dtype)
+    ref = naive_decode(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
+    assert out.dtype == out_dtype
+    assert rel_err(out, ref) < (1e-6 if out_dtype == torch.float32 else 5e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+def test_silu_and_mul_matches_the_reference(dtype) -> None:
+    x = torch.cat([torch.randn(5, 40) * 4, torch.tensor([[-100.0, -88.5, 0.0, 89.0, 100.0] * 8])])
+    x = x.to(dtype)
+    ref = silu_and_mul_reference(x.float())
+    out = _cpu.silu_and_mul(x, dtype)
+    assert out.dtype == dtype and out.shape == (6, 20)
+    tol = 1e-6 if dtype == torch.float32 else 8e-3
+    assert torch.all((out.float() - ref).abs() <= tol * ref.abs() + 1e-30)
+
+
+def test_wrappers_refuse_what_the_c_code_does_not_handle() -> None:
+    with pytest.raises(ValueError, match="contiguous CPU tensor"):
+        _cpu.silu_and_mul(torch.randn(4, 8).t(), torch.float32)
+    with pytest.raises(ValueError, match="contiguous CPU tensor"):
+        _cpu.add_rms_norm(torch.randn(2, 8, dtype=torch.float64), torch.ones(8), 1e-5, None,
+                          torch.float32)
+    with pytest.raises(ValueError, match="do not group"):
+        k = torch.zeros(1, 16, 3, 8)
+        _cpu.decode_attention(torch.zeros(1, 4, 8), k, k, torch.zeros(1, 1, dtype=torch.int32),
+                              torch.ones(1, dtype=torch.int32), 1.0, torch.float32)
+
+
+def test_native_backend_is_chosen_on_cpu_and_can_be_turned_off(monkeypatch) -> None:
+    x = torch.zeros(1)
+    monkeypatch.setenv("LASER_KERNELS", "auto")
+    assert kernels.use_native(x)
+    monkeypatch.setenv("LASER_KERNELS", "native")
+    assert kernels.use_native(x)
+    monkeypatch.setenv("LASER_KERNELS", "reference")
+    assert not kernels.use_native(x)
+
+
+def test_a_missing_compiler_falls_back_unless_native_is_forced(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("LASER_NATIVE_DIR", str(tmp_path))
+    _cpu.library.cache_clear()
+    try:
+        assert _cpu.library() is None
+        monkeypatch.setenv("LASER_KERNELS", "auto")
+        assert not kernels.use_native(torch.zeros(1))
+        monkeypatch.setenv("LASER_KERNELS", "native")
+        with pytest.raises(RuntimeError, match="do not build"):
+            kernels.use_native(torch.zeros(1))
+    finally:
+        _cpu.library.cache_clear()
+
+
+def test_the_build_goes_to_the_native_dir_and_is_reused(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LASER_NATIVE_DIR", str(tmp_path))
+    _cpu.library.cache_clear()
+    try:
+        assert _cpu.library() is not None
+        built = list(tmp_path.glob("laser_cpu-*.so"))
+        assert len(built) == 1 and not list(tmp_path.glob("tmp*"))
+        stamp = built[0].stat().st_mtime_ns
+        _cpu.library.cache_clear()
+        assert _cpu.library() is not None and built[0].stat().st_mtime_ns == stamp
+    finally:
+        _cpu.library.cache_clear()
+
+
+def _count_native_calls(monkeypatch) -> dict[str, int]:
+    calls: dict[str, int] = {}
+    for name in ("add_rms_norm", "rope_write_kv", "decode_attention", "silu_and_mul"):
+        def spy(*args, _fn=getattr(_cpu, name), _name=name, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _fn(*args, **kwargs)
+        monkeypatch.setattr(_cpu, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_model_native_path_matches_the_pytorch_path(monkeypatch, mixed) -> None:
+    """A tiny Llama over mixed prefill + decode steps (tests/kernels/test_model_triton_path):
+    float32 within float32 rounding of the reference path; with bfloat16-packed projections
+    (mixed precision) against the same packed weights on the PyTorch ops."""
+    from tests.kernels.test_model_triton_path import _run, _tiny_model
+
+    model = _tiny_model()
+    if mixed:
+        if not kernels.bf16_matmul_supported():
+            pytest.skip("no bfloat16 matmuls on this CPU")
+        assert model.pack_linears(torch.bfloat16)
+        monkeypatch.setattr(kernels, "use_native", lambda tensor: False)
+        ref = _run(model, monkeypatch, "auto")
+        monkeypatch.undo()
+    else:
+        ref = _run(model, monkeypatch, "reference")
+    calls = _count_native_calls(monkeypatch)
+    out = _run(model, monkeypatch, "auto")
+    assert set(calls) == {"add_rms_norm", "rope_write_kv", "decode_attention", "silu_and_mul"}
+    assert rel_err(out, ref) <= 1e-5, rel_err(out, ref)
