@@ -10,7 +10,9 @@ request (EOS ignored so every row produces the same count), 1 stream and 16 conc
 
 Laser modes: ``float32`` (the default, exact), ``mixed`` (``matmul_dtype=bfloat16``: the layers'
 projections on the CPU's bfloat16 units, everything else float32) and ``bfloat16`` (weights
-and activations).
+and activations); a mode with ``-torch`` appended (``mixed-torch``) runs the model's layers on
+PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after of those.
+``--threads`` sets torch's threads (default: every core).
 
 It also measures the machine's ceilings (a large copy for memory bandwidth, a large matmul for
 FLOP/s, in each dtype) and reports each throughput as a fraction of them: the weight bytes a
@@ -22,6 +24,7 @@ matmul rate (bound for 16). Start-up: a second ``LLMEngine`` start (weights cach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -33,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import kernels  # noqa: E402
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.request import EngineRequest, SamplingParams  # noqa: E402
@@ -82,10 +86,25 @@ def matmul_gflops(dtype: torch.dtype) -> float:
 
 
 # ---- Laser ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def layer_ops(mode: str):
+    """``*-torch`` modes: the model's CPU layers on PyTorch ops (``kernels.use_native`` off)."""
+    if not mode.endswith("-torch"):
+        yield
+        return
+    saved = kernels.use_native
+    kernels.use_native = lambda tensor: False
+    try:
+        yield
+    finally:
+        kernels.use_native = saved
+
+
 def laser_engine(mode: str) -> tuple[LLMEngine, float]:
-    dtype, matmul_dtype = MODES[mode]
+    dtype, matmul_dtype = MODES[mode.removesuffix("-torch")]
     t0 = time.perf_counter()
-    engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype, max_num_seqs=64))
+    engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype, max_num_seqs=64,
+                                    num_threads=torch.get_num_threads()))
     return engine, time.perf_counter() - t0
 
 
@@ -140,7 +159,7 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     In ``mixed`` mode every matmul weight is read in bfloat16 (the LM head's float32 rescoring
     of 64 rows per token is left out) and runs at the bfloat16 rate."""
     params = sum(p.numel() for p in engine.runner.model.parameters())
-    dtype, matmul_dtype = MODES[mode]
+    dtype, matmul_dtype = MODES[mode.removesuffix("-torch")]
     work = DTYPES[matmul_dtype or dtype]
     weight_bytes = params * torch.empty((), dtype=work).element_size()
     one = bw * 1e9 / 2 / weight_bytes  # bw counts read + write; a step only reads
@@ -156,9 +175,10 @@ def main() -> None:
                     help=f"Laser modes, comma-separated: {','.join(MODES)}")
     ap.add_argument("--streams", default="1,16")
     ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(args.threads)
     bw = bandwidth_gbs()
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": torch.get_num_threads(),
@@ -166,12 +186,13 @@ def main() -> None:
     gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
     for name in args.dtypes.split(","):
-        load_model(dtype=DTYPES[MODES[name][0]])  # a first load fills the weight cache
+        load_model(dtype=DTYPES[MODES[name.removesuffix("-torch")][0]])  # fills the cache
         gc.collect()
         engine, start_s = laser_engine(name)
         lim = bounds(engine, name, bw, gflops)
         for n in streams:
-            r = laser_run(engine, n, args.tokens, f"{name}-{n}")
+            with layer_ops(name):
+                r = laser_run(engine, n, args.tokens, f"{name}-{n}")
             bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"]
             rows.append({"system": f"laser {name}", "streams": n, **r, "start_s": start_s,
                          "fraction_of_bound": r["decode_tok_s"] / bound, "bound_tok_s": bound})

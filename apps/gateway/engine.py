@@ -49,6 +49,7 @@ def engine_config() -> Any:
         max_num_batched_tokens=settings.LASER_MAX_BATCH_TOKENS,
         matmul_dtype=settings.LASER_MATMUL_DTYPE,
         num_threads=settings.LASER_THREADS,
+        wide_threads=settings.LASER_WIDE_THREADS,
         policy=settings.LASER_POLICY,
         overload_ttft_factor=settings.LASER_OVERLOAD_TTFT_FACTOR,
     )

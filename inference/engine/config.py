@@ -52,6 +52,9 @@ class EngineConfig:
             anyway is better served late than refused, until the queue is really runaway.
         prefix_caching: reuse cached KV blocks of identical (salted) prefixes.
         num_threads: torch intra-op threads; None uses every core.
+        wide_threads: torch threads for a step of at least ``WIDE_STEP_TOKENS`` tokens (a
+            prefill); None is ``num_threads``. A wide step's matmuls are long enough to gain
+            from a core that decode steps leave to the serving loop (docs/engine.md, "On CPU").
         layer_pause: let a policy that asks for it (``laser``) stop a step without hot work
             between two decoder layers when hot work arrives or falls due, run the hot step,
             then resume (docs/engine.md, "Layer pause").
@@ -73,6 +76,7 @@ class EngineConfig:
     overload_ttft_factor: float | None = None
     prefix_caching: bool = True
     num_threads: int | None = None
+    wide_threads: int | None = None
     layer_pause: bool = True
 
     def __post_init__(self) -> None:
@@ -85,7 +89,7 @@ class EngineConfig:
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_model_len", "long_prefill_chunk", "num_threads"):
+        for name in ("max_model_len", "long_prefill_chunk", "num_threads", "wide_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unset), got {value}")
@@ -162,7 +166,8 @@ class EngineConfig:
         ``LASER_KV_MEMORY_MB``, ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``,
         ``LASER_MAX_NUM_SEQS``, ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
         ``LASER_OVERLOAD_TTFT_FACTOR``,
-        ``LASER_PREFIX_CACHING``, ``LASER_THREADS``. Keyword overrides win over the environment.
+        ``LASER_PREFIX_CACHING``, ``LASER_THREADS``, ``LASER_WIDE_THREADS``. Keyword overrides win
+        over the environment.
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -209,5 +214,6 @@ _ENV: dict[str, tuple[str, Any]] = {
     "LASER_OVERLOAD_TTFT_FACTOR": ("overload_ttft_factor", float),
     "LASER_PREFIX_CACHING": ("prefix_caching", _bool),
     "LASER_THREADS": ("num_threads", int),
+    "LASER_WIDE_THREADS": ("wide_threads", int),
     "LASER_LAYER_PAUSE": ("layer_pause", _bool),
 }

@@ -58,7 +58,8 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig | None = None, loaded: Any = None) -> None:
         self.config = config = config or EngineConfig()
-        torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
+        narrow = config.num_threads or len(os.sched_getaffinity(0))
+        torch.set_num_threads(narrow)
         if loaded is None:
             from inference.loaders import load_model
 
@@ -81,7 +82,8 @@ class LLMEngine:
                                         **_policy_options(config))
         self.scheduler.layer_pause = len(model.layers) if config.layer_pause else 0
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
-                                  config.torch_matmul_dtype)
+                                  config.torch_matmul_dtype,
+                                  threads=(narrow, config.wide_threads or narrow))
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
             getattr(loaded, "stop_token_ids", ()))

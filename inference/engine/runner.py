@@ -22,6 +22,13 @@ from inference.model import AttentionMetadata
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
+# Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: measured on
+# the 2-core CPU (SmolLM2, mixed precision, idle machine), a second thread made a 16-token
+# forward 1.24x faster, 64 tokens 1.51x and 128 tokens 1.75x, but through the server under
+# laser (steps of ~60 tokens in a burst of chats) it gained nothing; decode steps keep the narrow
+# count, whose spare core serves the event loop (docs/engine.md, "On CPU").
+WIDE_STEP_TOKENS = 128
+
 
 @dataclass(slots=True)
 class BatchInputs:
@@ -53,12 +60,16 @@ class ModelRunner:
             ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         matmul_dtype: CPU only: pack the layers' projections in this dtype (bfloat16 mixed
             precision, see ``kernels.linear``); None keeps the weights' dtype.
+        threads: ``(narrow, wide)`` torch threads for steps below and from
+            ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
 
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 matmul_dtype: torch.dtype | None = None) -> None:
+                 matmul_dtype: torch.dtype | None = None,
+                 threads: tuple[int, int] | None = None) -> None:
         self.model = model
+        self.threads = threads
         self.device = torch.device(device)
         self.dtype = dtype
         self.block_size = block_size
@@ -143,9 +154,16 @@ class ModelRunner:
             k_cache.index_copy_(0, dst, k_cache.index_select(0, src))
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
+    def _set_threads(self, batch: BatchInputs) -> None:
+        if self.threads is not None:
+            n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
+
     def execute(self, batch: BatchInputs) -> torch.Tensor:
         """Run one forward over ``batch``; returns float32 logits ``[N, vocab]`` for its
         sampling rows (``N`` may be 0 when every chunk is a mid-prompt prefill)."""
+        self._set_threads(batch)
         with torch.inference_mode():
             self.copy_blocks(batch.block_copies)
             hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
@@ -155,6 +173,7 @@ class ModelRunner:
         """Start a forward over ``batch`` that runs layer by layer and may stop between layers
         (``LayerwiseForward.advance``); other batches may run while it waits, as long as they
         do not write its sequences' blocks (the scheduler holds those sequences)."""
+        self._set_threads(batch)
         with torch.inference_mode():
             self.copy_blocks(batch.block_copies)
             hidden = self.model.embed(batch.input_ids)
@@ -189,6 +208,7 @@ class LayerwiseForward:
         after at least ``min_layers``); True when every layer has run."""
         t0 = time.perf_counter()
         model, batch = self.runner.model, self.batch
+        self.runner._set_threads(batch)  # a hot step in between may have changed them
         layers, caches = model.layers, self.runner.kv_caches
         ran = 0
         with torch.inference_mode():

@@ -23,6 +23,10 @@ LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
 # 230 tok/s against 185 with two: OpenMP threads that lose their core to the serving loop stall
 # every matmul (docs/benchmarks.md, bench/e2e_streams.py).
 LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 1), int)
+# Torch threads for wide steps (64 tokens and more: prefills): every core. Their matmuls are
+# long enough that the event loop's short turns on a core cost little, and a second thread made
+# a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
+LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", len(os.sched_getaffinity(0)), int)
 # CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
 # native bfloat16 units, about 1.5x faster decode with the same answers in our checks;
 # "float32" is the exact mode (equal to transformers); see docs/engine.md.

@@ -131,6 +131,7 @@ class EngineWorkers:
         env.update(settings, LASER_MODEL=str(model), LASER_ENGINE_CHANNEL=channel,
                    LASER_VAR_DIR=str(logs), LASER_MODEL_CACHE=str(logs / "models"),
                    LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16", LASER_THREADS="1",
+                   LASER_WIDE_THREADS="1",
                    LASER_MAX_MODEL_LEN=str(MAX_MODEL_LEN), PYTHONPATH=str(root),
                    PYTHONUNBUFFERED="1")
         self.env, self.root, self.logs, self.python = env, root, logs, sys.executable

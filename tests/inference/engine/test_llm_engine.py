@@ -207,3 +207,20 @@ def test_overload_factor_reaches_the_laser_policy():
     assert make_engine(policy="laser").scheduler.policy.overload_ttft_factor == 2.0
     with pytest.raises(ValueError, match="overload_ttft_factor"):
         make_engine(policy="laser", overload_ttft_factor=0.5)
+
+
+def test_wide_steps_run_on_the_wide_thread_count():
+    """A prefill of 64 tokens and more runs on ``wide_threads``, decode steps on
+    ``num_threads``; the engine switches torch's count per step and keeps the results."""
+    import torch
+
+    before = torch.get_num_threads()
+    seen: list[tuple[int, int]] = []
+    try:
+        engine = make_engine(wide_threads=2, max_num_batched_tokens=128)  # num_threads=1
+        engine.add_request(request("wide", prompt_ids(140), max_tokens=3))
+        run(engine, on_step=lambda *_: seen.append(torch.get_num_threads()))
+        # on_step runs before each step: it sees what the step before it set
+        assert seen[1] == 2 and seen[-1] == 1, seen  # the 128-token prefill chunk, then decodes
+    finally:
+        torch.set_num_threads(before)
