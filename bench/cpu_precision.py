@@ -1,6 +1,6 @@
 """CPU precision modes: their speed against what they do to the answers.
 
-    .venv/bin/python bench/cpu_precision.py [--tokens 32]
+    .venv/bin/python bench/cpu_precision.py [--tokens 32] [--torch-ops]
 
 The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
 mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine_throughput import torch_layer_ops  # noqa: E402
 
 from inference.loaders import load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
@@ -82,7 +84,14 @@ def load(mode: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--torch-ops", action="store_true",
+                    help="the layers on PyTorch ops instead of the C kernels (kernels/_cpu)")
     args = ap.parse_args()
+    with torch_layer_ops(args.torch_ops):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     modes = {m: load(m) for m in ("float32", "mixed", "bfloat16")}
     exact = modes["float32"]
     rows = []

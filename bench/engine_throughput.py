@@ -87,9 +87,10 @@ def matmul_gflops(dtype: torch.dtype) -> float:
 
 # ---- Laser ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def layer_ops(mode: str):
-    """``*-torch`` modes: the model's CPU layers on PyTorch ops (``kernels.use_native`` off)."""
-    if not mode.endswith("-torch"):
+def torch_layer_ops(enabled: bool = True):
+    """While active, the model's CPU layers run on PyTorch ops (``kernels.use_native`` off)
+    instead of the C kernels of ``kernels/_cpu``."""
+    if not enabled:
         yield
         return
     saved = kernels.use_native
@@ -191,7 +192,7 @@ def main() -> None:
         engine, start_s = laser_engine(name)
         lim = bounds(engine, name, bw, gflops)
         for n in streams:
-            with layer_ops(name):
+            with torch_layer_ops(name.endswith("-torch")):
                 r = laser_run(engine, n, args.tokens, f"{name}-{n}")
             bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"]
             rows.append({"system": f"laser {name}", "streams": n, **r, "start_s": start_s,

@@ -18,18 +18,18 @@ LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, int)
 LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 32, int)
 LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, int)
 LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
-# Torch threads of the engine: every core but one, which the event loop (HTTP, SSE, WebSocket)
-# keeps. On the 2-core development machine one engine thread served 16 streams end to end at
-# 230 tok/s against 185 with two: OpenMP threads that lose their core to the serving loop stall
-# every matmul (docs/benchmarks.md, bench/e2e_streams.py).
+# Torch threads of the engine's decode steps: every core but one, which the event loop (HTTP,
+# SSE, WebSocket) keeps. OpenMP threads that lose their core to the serving loop stall every
+# short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
+# with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
 LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 1), int)
 # Torch threads for wide steps (64 tokens and more: prefills): every core. Their matmuls are
 # long enough that the event loop's short turns on a core cost little, and a second thread made
 # a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
 LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", len(os.sched_getaffinity(0)), int)
 # CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
-# native bfloat16 units, about 1.5x faster decode with the same answers in our checks;
-# "float32" is the exact mode (equal to transformers); see docs/engine.md.
+# native bfloat16 units, about 1.5x faster decode; near-ties in the answers can flip (4 of 8 in
+# bench/cpu_precision.py); "float32" is the exact mode (equal to transformers); docs/engine.md.
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto",
                               choices=("auto", "float32", "bfloat16"))
 # The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
