@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +35,17 @@ def _chunks(log: str, event: str) -> set[str]:
     return set(re.findall(rf"Task batches\.chunk\[([\w-]+)\] {event}", log))
 
 
+def _in_chunk(log: Path, timeout: float = 60.0) -> None:
+    """Wait until the worker's log shows a chunk received and not yet finished."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        if _chunks(text, "received") - _chunks(text, "succeeded"):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no chunk in progress within {timeout} s")
+
+
 def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
     stack = LiveStack(tmp_path, shared_env(**FAST_REDELIVERY))
     try:
@@ -44,6 +57,9 @@ def test_worker_killed_mid_chunk_loses_and_duplicates_nothing(cold, tmp_path):
         batch = client.batches.create(input_file_id=uploaded.id, completion_window="24h",
                                       endpoint="/v1/completions")
         wait_batch(client, batch.id, until=lambda b: b.request_counts.completed >= 40)
+        # kill while the worker holds a chunk: the faster engine finishes a 25-line chunk in
+        # well under a second, and a kill between two chunks (seen once) loses nothing to test
+        _in_chunk(tmp_path / "first.log")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         at_kill = client.batches.retrieve(batch.id)
