@@ -197,6 +197,20 @@ def test_overload_never_refuses_a_request_for_its_own_length(ahead):
     assert sched.hot_late == ({"x-0"} if ahead else set())  # triage needs two to rank
 
 
+def test_overload_never_refuses_a_request_with_nothing_in_front():
+    # the first request of a process waits for the engine to load before admission: 5 s
+    # past a 0.2 s target at factor 10, but nothing is queued, so refusing it helps nobody
+    policy = replace(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0)
+    sched = laser(policy)
+    sched.add(hot("first", 8, 0.2), 5.0)  # arrived at 0.0, admitted at 5.0
+    assert "first-0" in {s.seq_id for s in step(sched, 5.0).scheduled}
+    # the same wait with a request still owed its prefill in front: refused as before
+    sched = laser(policy)
+    sched.add(hot("a", 8, 0.2), 5.0)
+    with pytest.raises(EngineOverloaded):
+        sched.add(hot("b", 8, 0.2), 5.0)
+
+
 # ---- step limits ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("ttft", "cold_chunk"), [(0.0505, 30), (0.015, 54)])
 def test_no_chunk_makes_an_on_time_first_token_late(ttft, cold_chunk):
