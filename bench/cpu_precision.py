@@ -51,7 +51,7 @@ def greedy(model, ids: list[int], tokens: int) -> tuple[list[int], torch.Tensor]
             n = len(cur)
             meta = AttentionMetadata.build(table, [done + n], [n], BLOCK)
             hidden = model(torch.tensor(cur), torch.arange(done, done + n), caches, meta)
-            logits = model.compute_logits(hidden[-1:]).float()
+            logits = model.compute_logits(hidden[-1:], exact=n > 1).float()
             first = logits if first is None else first
             out.append(int(logits.argmax()))
             done, cur = done + n, [out[-1]]

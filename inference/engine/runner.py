@@ -182,7 +182,8 @@ class ModelRunner:
     def _logits(self, batch: BatchInputs, hidden: torch.Tensor) -> torch.Tensor:
         if not batch.sample_seq_ids:
             return hidden.new_empty((0, 0), dtype=torch.float32)
-        return self.model.compute_logits(hidden.index_select(0, batch.sample_rows)).float()
+        rows = hidden.index_select(0, batch.sample_rows)
+        return self.model.compute_logits(rows, exact=not batch.meta.is_decode_only).float()
 
 
 class LayerwiseForward:

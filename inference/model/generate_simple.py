@@ -38,7 +38,7 @@ def greedy_stream(model: LlamaModel, prompt_ids: list[int], max_tokens: int,
         meta = AttentionMetadata.build(table, [start + n], [n], BLOCK_SIZE, device)
         hidden = model(torch.tensor(ids, device=device),
                        torch.arange(start, start + n, device=device), caches, meta)
-        return model.compute_logits(hidden[-1:])[0]
+        return model.compute_logits(hidden[-1:], exact=n > 1)[0]
 
     for a in range(0, len(prompt_ids), prefill_chunk):
         logits = step(prompt_ids[a:a + prefill_chunk], a)

@@ -44,6 +44,15 @@ class DecoderLayer(nn.Module):
         self.cos_sin_cache: torch.Tensor | None = None  # shared with the model, set by it
         self.gate_up_packed: torch.Tensor | None = None  # see LlamaModel.pack_linears
         self.down_packed: torch.Tensor | None = None
+        # mixed precision: float32 packs (qkv, o, gate_up, down) for steps with prompt tokens
+        self.exact_packs: tuple[torch.Tensor | None, ...] | None = None
+
+    def packs(self, meta: AttentionMetadata) -> tuple[torch.Tensor | None, ...]:
+        """The packed weights for this step: (qkv, o, gate_up, down). Under mixed precision a
+        step with prompt tokens uses the float32 ones (``LlamaModel.pack_linears``)."""
+        if self.exact_packs is not None and not meta.is_decode_only:
+            return self.exact_packs
+        return (self.attn.qkv_packed, self.attn.o_packed, self.gate_up_packed, self.down_packed)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
@@ -52,34 +61,35 @@ class DecoderLayer(nn.Module):
         if kv_cache[0].dtype == torch.float32 and self.input_norm.dtype == torch.float32 and \
                 kernels.use_native(hidden):
             return self.forward_native(positions, hidden, residual, kv_cache, meta)
+        qkv, o, gate_up, down = self.packs(meta)
         if residual is None:
             residual = hidden
             hidden = kernels.rms_norm(hidden, self.input_norm, self.eps)
         else:
             hidden, residual = kernels.rms_norm(hidden, self.input_norm, self.eps, residual)
-        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta)
+        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o))
         hidden, residual = kernels.rms_norm(hidden, self.post_attn_norm, self.eps, residual)
-        hidden = kernels.silu_and_mul(kernels.linear(hidden, self.gate_up_weight,
-                                                     self.gate_up_packed))
-        return kernels.linear(hidden, self.down_weight, self.down_packed), residual
+        hidden = kernels.silu_and_mul(kernels.linear(hidden, self.gate_up_weight, gate_up))
+        return kernels.linear(hidden, self.down_weight, down), residual
 
     def forward_native(self, positions: torch.Tensor, hidden: torch.Tensor,
                        residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                        meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward` on the C kernels; `hidden` may be bfloat16 (a mixed-precision product),
         `residual` is float32 and updated in place."""
-        act = torch.bfloat16 if (self.down_packed is not None
-                                 and self.down_packed.dtype == torch.bfloat16) else torch.float32
+        qkv, o, gate_up, down = self.packs(meta)
+        act = torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
+            else torch.float32
         if residual is None:
             residual = hidden.float() if hidden.dtype != torch.float32 else hidden
             x = _cpu.add_rms_norm(residual, self.input_norm, self.eps, None, act)
         else:
             x = _cpu.add_rms_norm(hidden, self.input_norm, self.eps, residual, act)
-        x = self.attn.forward_native(positions, x, self.cos_sin_cache, kv_cache, meta, act)
+        x = self.attn.forward_native(positions, x, self.cos_sin_cache, kv_cache, meta, act,
+                                     (qkv, o))
         x = _cpu.add_rms_norm(x, self.post_attn_norm, self.eps, residual, act)
-        x = _cpu.silu_and_mul(kernels.linear(x, self.gate_up_weight, self.gate_up_packed,
-                                             raw=True), act)
-        return kernels.linear(x, self.down_weight, self.down_packed, raw=True), residual
+        x = _cpu.silu_and_mul(kernels.linear(x, self.gate_up_weight, gate_up, raw=True), act)
+        return kernels.linear(x, self.down_weight, down, raw=True), residual
 
 
 class LlamaModel(nn.Module):
@@ -107,22 +117,26 @@ class LlamaModel(nn.Module):
         (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
 
         ``matmul_dtype`` (bfloat16 for a float32 model) packs the layers' projections in that
-        dtype: mixed precision, see ``kernels.linear``. The LM head keeps its own dtype for the
-        largest logits: rounding it to bfloat16 changes SmolLM2's greedy answers far more than
-        rounding the layers' weights (``bench/cpu_precision.py``, docs/benchmarks.md); a
-        bfloat16 copy only screens the vocabulary (``compute_logits``).
+        dtype for decode steps: mixed precision, see ``kernels.linear``. Steps with prompt
+        tokens keep float32 packs (``DecoderLayer.packs``) and the exact LM head: with the
+        prompt's KV cache exact, the bfloat16 decode steps gave the float32 greedy answers to
+        all eight prompts of ``bench/cpu_precision.py`` where bfloat16 prefills changed four
+        of them (docs/benchmarks.md). The LM head keeps its own dtype for the largest logits;
+        a bfloat16 copy only screens the vocabulary in decode steps (``compute_logits``).
         """
+        mixed = matmul_dtype is not None
         for layer in self.layers:
             attn = layer.attn
-            attn.qkv_packed = kernels.pack_linear_weight(attn.qkv_weight, matmul_dtype)
-            attn.o_packed = kernels.pack_linear_weight(attn.o_weight, matmul_dtype)
-            layer.gate_up_packed = kernels.pack_linear_weight(layer.gate_up_weight, matmul_dtype)
-            layer.down_packed = kernels.pack_linear_weight(layer.down_weight, matmul_dtype)
+            weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
+            packs = tuple(kernels.pack_linear_weight(w, matmul_dtype) for w in weights)
+            attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = packs
+            exact = mixed and packs[0] is not None and packs[0].dtype != attn.qkv_weight.dtype
+            layer.exact_packs = (tuple(kernels.pack_linear_weight(w) for w in weights)
+                                 if exact else None)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
         self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype)
-                               if matmul_dtype is not None and matmul_dtype != head.dtype
-                               else None)
+                               if mixed and matmul_dtype != head.dtype else None)
         return self.lm_head_packed is not None
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
@@ -150,8 +164,9 @@ class LlamaModel(nn.Module):
             return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps)
         return kernels.rms_norm(hidden, self.norm, self.config.rms_norm_eps, residual)[0]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled.
+    def compute_logits(self, hidden: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled. `exact`
+        (a step with prompt tokens) scores with the model's own head, no screening.
 
         With a bfloat16 screening head (mixed precision) the whole vocabulary is scored in
         bfloat16 (half the bytes of the largest matrix), then the `SCREEN_TOP` best of each row
@@ -159,7 +174,7 @@ class LlamaModel(nn.Module):
         that carry the probability mass are exact, the far tail is off by bfloat16 rounding.
         """
         weight = self.embed_tokens if self.lm_head is None else self.lm_head
-        if self.lm_head_screen is None:
+        if self.lm_head_screen is None or exact:
             return kernels.linear(hidden, weight, self.lm_head_packed)
         logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
         top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]

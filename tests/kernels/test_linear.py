@@ -41,7 +41,7 @@ def test_unpackable_weights_fall_back():
 def _unpack(model) -> None:
     for layer in model.layers:
         layer.attn.qkv_packed = layer.attn.o_packed = None
-        layer.gate_up_packed = layer.down_packed = None
+        layer.gate_up_packed = layer.down_packed = layer.exact_packs = None
     model.lm_head_packed = model.lm_head_screen = None
 
 
@@ -93,24 +93,36 @@ def test_only_float32_weights_pack_as_bf16():
 
 @needs_bf16
 def test_model_packs_layers_in_bf16_and_keeps_the_head_exact():
+    """Mixed precision: decode steps on the bfloat16 packs, steps with prompt tokens on the
+    float32 ones (and the exact head), so a prefill's logits equal float32's."""
     from inference.model import AttentionMetadata
     from tests.inference.engine.helpers import tiny_loaded
 
     model = tiny_loaded(seed=1).model
     ids = torch.tensor([5, 9, 17, 3, 40, 2])
-    meta = AttentionMetadata.build([[0, 1]], [6], [6], 4)
+    prefill = AttentionMetadata.build([[0, 1]], [5], [5], 4)
+    decode = AttentionMetadata.build([[0, 1]], [6], [1], 4)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        caches = model.allocate_kv_caches(2, 4)
+        first = model.compute_logits(model(ids[:5], torch.arange(5), caches, prefill)[-1:],
+                                     exact=True)
+        return first, model.compute_logits(model(ids[5:], torch.tensor([5]), caches, decode))
+
     _unpack(model)
     try:
         with torch.inference_mode():
-            plain = model.compute_logits(model(ids, torch.arange(6),
-                                               model.allocate_kv_caches(2, 4), meta))
+            plain = run()
             assert model.pack_linears(torch.bfloat16)
+            layer = model.layers[0]
             assert {layer.gate_up_packed.dtype for layer in model.layers} == {torch.bfloat16}
+            assert [p.dtype for p in layer.packs(decode)] == [torch.bfloat16] * 4
+            assert [p.dtype for p in layer.packs(prefill)] == [torch.float32] * 4
             assert model.lm_head_packed.dtype == torch.float32
-            mixed = model.compute_logits(model(ids, torch.arange(6),
-                                               model.allocate_kv_caches(2, 4), meta))
-        assert mixed.dtype == torch.float32
-        assert 1e-5 < rel_err(mixed, plain) <= 5e-2
+            mixed = run()
+        assert mixed[1].dtype == torch.float32
+        assert rel_err(mixed[0], plain[0]) <= 1e-5  # the prefill: float32 throughout
+        assert 1e-5 < rel_err(mixed[1], plain[1]) <= 5e-2  # the decode step: bfloat16
     finally:
         _unpack(model)  # other tests share the cached model
 

@@ -64,12 +64,12 @@ def test_capital_of_france_is_paris(ours):
 
 @pytest.mark.skipif(not __import__("kernels").bf16_matmul_supported(),
                     reason="no native bfloat16 matmuls on this CPU")
-def test_bf16_matmuls_stay_close_to_float32():
-    """The mixed precision (bfloat16 projections, float32 elsewhere) on the real model: the
-    France prompt's logits within 5 % of float32, and the greedy answer of a prompt without a
-    near-tie the same. Where float32 itself is near a tie, bfloat16 rounding may pick the other
-    token (the France prompt's first token: "The" 25.36 against "L" 25.27 on the PyTorch ops;
-    docs/benchmarks.md, precision section), so that answer is not asserted."""
+def test_bf16_matmuls_keep_the_answer():
+    """The mixed precision (bfloat16 projections in decode steps, float32 prefill and
+    everything else): the same greedy answers as float32, the France prompt included, whose
+    first token is a near-tie when the prefill runs in bfloat16 ("The" 25.36 against "L" 25.27;
+    docs/benchmarks.md, precision section); the first logits within 1 % (the prefill is exact,
+    only the screened head's far tail differs)."""
     from inference.model import AttentionMetadata
 
     exact, mixed = load_model(), load_model()
@@ -82,9 +82,13 @@ def test_bf16_matmuls_stay_close_to_float32():
         for loaded in (exact, mixed):
             caches = loaded.model.allocate_kv_caches(len(meta.block_tables[0]), 16)
             hidden = loaded.model(torch.tensor(ids), torch.arange(len(ids)), caches, meta)
-            logits.append(loaded.model.compute_logits(hidden[-1:]))
+            logits.append(loaded.model.compute_logits(hidden[-1:], exact=True))
     err = float((logits[1] - logits[0]).norm() / logits[0].norm())
-    assert 0 < err <= 0.05
-    ids = exact.encode_chat([{"role": "user", "content": "Write a haiku about the sea."}])
-    answers = [greedy(x.model, ids, 24, x.stop_token_ids) for x in (exact, mixed)]
-    assert answers[0] == answers[1], [exact.tokenizer.decode(a) for a in answers]
+    assert err <= 0.01
+    texts = []
+    for prompt in ("What is the capital of France?", "Write a haiku about the sea."):
+        ids = exact.encode_chat([{"role": "user", "content": prompt}])
+        answers = [greedy(x.model, ids, 24, x.stop_token_ids) for x in (exact, mixed)]
+        texts.append([exact.tokenizer.decode(a) for a in answers])
+        assert answers[0] == answers[1], texts[-1]
+    assert "Paris" in texts[0][1]
