@@ -28,8 +28,9 @@ LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 
 # a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
 LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", len(os.sched_getaffinity(0)), int)
 # CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
-# native bfloat16 units, about 1.5x faster decode; near-ties in the answers can flip (4 of 8 in
-# bench/cpu_precision.py); "float32" is the exact mode (equal to transformers); docs/engine.md.
+# native bfloat16 units in decode steps (prefills stay float32), 1.3-1.5x faster decode with
+# float32's greedy answers in bench/cpu_precision.py; "float32" is the exact mode (equal to
+# transformers); docs/engine.md.
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto",
                               choices=("auto", "float32", "bfloat16"))
 # The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
