@@ -173,7 +173,6 @@ class ModelRunner:
         """Start a forward over ``batch`` that runs layer by layer and may stop between layers
         (``LayerwiseForward.advance``); other batches may run while it waits, as long as they
         do not write its sequences' blocks (the scheduler holds those sequences)."""
-        self._set_threads(batch)
         with torch.inference_mode():
             self.copy_blocks(batch.block_copies)
             hidden = self.model.embed(batch.input_ids)
@@ -209,7 +208,7 @@ class LayerwiseForward:
         after at least ``min_layers``); True when every layer has run."""
         t0 = time.perf_counter()
         model, batch = self.runner.model, self.batch
-        self.runner._set_threads(batch)  # a hot step in between may have changed them
+        self.runner._set_threads(batch)  # per advance: a hot step in between may change them
         layers, caches = model.layers, self.runner.kv_caches
         ran = 0
         with torch.inference_mode():

@@ -39,47 +39,37 @@ class Attention(nn.Module):
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor, cos_sin_cache: torch.Tensor,
                 kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
-                packed: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
-                ) -> torch.Tensor:
+                packed: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
+                native_act: torch.dtype | None = None) -> torch.Tensor:
         """`hidden` `[T, hidden]` -> `[T, hidden]`; writes this step's K/V into `kv_cache`.
-        `packed` is the step's (qkv, o) packed weights (default: the layer's own)."""
+        `packed` is the step's (qkv, o) packed weights (default: the layer's own).
+        `native_act` (see `DecoderLayer._native_act`) runs rotary + cache write and the decode
+        attention as C kernels, the decode attention reading the paged cache in place, and
+        returns the O projection's raw product."""
         num_tokens = hidden.shape[0]
         qkv_packed, o_packed = packed or (self.qkv_packed, self.o_packed)
-        qkv = kernels.linear(hidden, self.qkv_weight, qkv_packed, self.qkv_bias)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(num_tokens, self.num_heads, self.head_dim)      # [T, H, D]
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, KVH, D]
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        kernels.rotary_embedding(positions, q, k, cos_sin_cache)
+        raw = native_act is not None
+        qkv = kernels.linear(hidden, self.qkv_weight, qkv_packed, self.qkv_bias, raw=raw)
         k_cache, v_cache = kv_cache
-        kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        if meta.is_decode_only:
+        if raw:
+            q = _cpu.rope_write_kv(qkv.contiguous(), positions, cos_sin_cache, k_cache, v_cache,
+                                   meta.slot_mapping, self.num_heads)
+        else:
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = q.view(num_tokens, self.num_heads, self.head_dim)      # [T, H, D]
+            k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, KVH, D]
+            v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+            kernels.rotary_embedding(positions, q, k, cos_sin_cache)
+            kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        if meta.is_decode_only and raw:
+            out = _cpu.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                                        self.scale, native_act)
+        elif meta.is_decode_only:
             index = None if kernels.use_triton(q) else meta.decode_index(*k_cache.shape[1:])
             out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
                                                  meta.seq_lens, self.scale, index)
         else:
             out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                                   meta.query_start_loc, meta.seq_lens, self.scale)
-        return kernels.linear(out.reshape(num_tokens, self.q_size), self.o_weight, o_packed)
-
-    def forward_native(self, positions: torch.Tensor, hidden: torch.Tensor,
-                       cos_sin_cache: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-                       meta: AttentionMetadata, act_dtype: torch.dtype,
-                       packed: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
-                       ) -> torch.Tensor:
-        """`forward` on the C kernels (`DecoderLayer.forward_native`): rotary and the cache
-        write in one call, decode attention read from the paged cache in place; the result is
-        the O projection's raw product (`act_dtype` with bfloat16-packed weights)."""
-        num_tokens = hidden.shape[0]
-        qkv_packed, o_packed = packed or (self.qkv_packed, self.o_packed)
-        qkv = kernels.linear(hidden, self.qkv_weight, qkv_packed, self.qkv_bias, raw=True)
-        k_cache, v_cache = kv_cache
-        q = _cpu.rope_write_kv(qkv.contiguous(), positions, cos_sin_cache, k_cache, v_cache,
-                               meta.slot_mapping, self.num_heads)
-        if meta.is_decode_only:
-            out = _cpu.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                        self.scale, act_dtype)
-        else:
-            out = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
-                                                  meta.query_start_loc, meta.seq_lens, self.scale)
-        return kernels.linear(out.view(num_tokens, self.q_size), self.o_weight, o_packed, raw=True)
+        return kernels.linear(out.reshape(num_tokens, self.q_size), self.o_weight, o_packed,
+                              raw=raw)

@@ -27,10 +27,9 @@ class DecoderLayer(nn.Module):
     layer returns `(hidden, residual)` and the caller adds the last residual in `norm_out`.
 
     On a CPU with the C kernels (`kernels.use_native`) and float32 activations and cache, the
-    layer runs `forward_native` instead: the same math with the work between the matmuls fused
-    into four C calls, the residual stream updated in place, and with bfloat16-packed weights
-    (mixed precision) the activations handed from one matmul to the next in bfloat16, which is
-    what the matmul rounds them to anyway.
+    work between the matmuls runs as four C calls instead (`_native_act`): the same math, the
+    residual stream updated in place, and with bfloat16-packed weights (mixed precision) the
+    activations handed from one matmul to the next in bfloat16.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -58,38 +57,37 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
-        if kv_cache[0].dtype == torch.float32 and self.input_norm.dtype == torch.float32 and \
-                kernels.use_native(hidden):
-            return self.forward_native(positions, hidden, residual, kv_cache, meta)
         qkv, o, gate_up, down = self.packs(meta)
-        if residual is None:
-            residual = hidden
-            hidden = kernels.rms_norm(hidden, self.input_norm, self.eps)
-        else:
-            hidden, residual = kernels.rms_norm(hidden, self.input_norm, self.eps, residual)
-        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o))
-        hidden, residual = kernels.rms_norm(hidden, self.post_attn_norm, self.eps, residual)
-        hidden = kernels.silu_and_mul(kernels.linear(hidden, self.gate_up_weight, gate_up))
-        return kernels.linear(hidden, self.down_weight, down), residual
+        act = self._native_act(hidden, kv_cache, down)
+        raw = act is not None
+        hidden, residual = self._add_norm(hidden, self.input_norm, residual, act)
+        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o), act)
+        hidden, residual = self._add_norm(hidden, self.post_attn_norm, residual, act)
+        hidden = kernels.linear(hidden, self.gate_up_weight, gate_up, raw=raw)
+        hidden = _cpu.silu_and_mul(hidden, act) if raw else kernels.silu_and_mul(hidden)
+        return kernels.linear(hidden, self.down_weight, down, raw=raw), residual
 
-    def forward_native(self, positions: torch.Tensor, hidden: torch.Tensor,
-                       residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
-                       meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward` on the C kernels; `hidden` may be bfloat16 (a mixed-precision product),
-        `residual` is float32 and updated in place."""
-        qkv, o, gate_up, down = self.packs(meta)
-        act = torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
+    def _native_act(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                    down: torch.Tensor | None) -> torch.dtype | None:
+        """None for the PyTorch/Triton ops; on the C kernels (float32 model and cache on a CPU
+        where they build), the dtype activations travel in between matmuls: bfloat16 under
+        bfloat16-packed weights (what the matmul rounds them to anyway), else float32."""
+        if kv_cache[0].dtype != torch.float32 or self.input_norm.dtype != torch.float32 or \
+                not kernels.use_native(hidden):
+            return None
+        return torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
             else torch.float32
-        if residual is None:
-            residual = hidden.float() if hidden.dtype != torch.float32 else hidden
-            x = _cpu.add_rms_norm(residual, self.input_norm, self.eps, None, act)
-        else:
-            x = _cpu.add_rms_norm(hidden, self.input_norm, self.eps, residual, act)
-        x = self.attn.forward_native(positions, x, self.cos_sin_cache, kv_cache, meta, act,
-                                     (qkv, o))
-        x = _cpu.add_rms_norm(x, self.post_attn_norm, self.eps, residual, act)
-        x = _cpu.silu_and_mul(kernels.linear(x, self.gate_up_weight, gate_up, raw=True), act)
-        return kernels.linear(x, self.down_weight, down, raw=True), residual
+
+    def _add_norm(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+                  act: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(norm(x + residual), x + residual)`; the first layer's `x` is its own residual.
+        The C kernel writes the sum into `residual` in place."""
+        if act is None:
+            if residual is None:
+                return kernels.rms_norm(x, weight, self.eps), x
+            return kernels.rms_norm(x, weight, self.eps, residual)
+        out = _cpu.add_rms_norm(x, weight, self.eps, residual, act)
+        return out, x if residual is None else residual
 
 
 class LlamaModel(nn.Module):

@@ -23,7 +23,7 @@ LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
 # short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
 # with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
 LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 1), int)
-# Torch threads for wide steps (64 tokens and more: prefills): every core. Their matmuls are
+# Torch threads for wide steps (128 tokens and more: prefills): every core. Their matmuls are
 # long enough that the event loop's short turns on a core cost little, and a second thread made
 # a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
 LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", len(os.sched_getaffinity(0)), int)
