@@ -1,6 +1,6 @@
 """CPU precision modes: their speed against what they do to the answers.
 
-    .venv/bin/python bench/cpu_precision.py [--tokens 32] [--torch-ops]
+    .venv/bin/python bench/cpu_precision.py [--tokens 32] [--torch-ops] [--threads N]
 
 The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
 mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -77,7 +78,9 @@ def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7) -> list
 
 def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
-    loaded.model.pack_linears(torch.bfloat16 if mode == "mixed" else None)  # as the engine does
+    # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
+    loaded.model.pack_linears(torch.bfloat16 if mode == "mixed" else None,
+                              native_gemm=torch.get_num_threads() == 1)
     return loaded
 
 
@@ -86,7 +89,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--torch-ops", action="store_true",
                     help="the layers on PyTorch ops instead of the C kernels (kernels/_cpu)")
+    ap.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1),
+                    help="torch threads (default: the platform's LASER_THREADS default)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     with torch_layer_ops(args.torch_ops):
         run(args)
 

@@ -11,7 +11,9 @@ request (EOS ignored so every row produces the same count), 1 stream and 16 conc
 Laser modes: ``float32`` (the default, exact), ``mixed`` (``matmul_dtype=bfloat16``: the layers'
 projections on the CPU's bfloat16 units, everything else float32) and ``bfloat16`` (weights
 and activations); a mode with ``-torch`` appended (``mixed-torch``) runs the model's layers on
-PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after of those.
+PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after of those; with
+``-onednn`` (``mixed-onednn``) the bfloat16 decode matmuls stay on oneDNN where one thread would
+give them to Laser's own matmul (``kernels.pack_linear_weight(..., native=True)``).
 ``--threads`` sets torch's threads (default: every core).
 
 It also measures the machine's ceilings (a large copy for memory bandwidth, a large matmul for
@@ -40,6 +42,7 @@ import kernels  # noqa: E402
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.request import EngineRequest, SamplingParams  # noqa: E402
+from kernels import _cpu  # noqa: E402
 
 QUESTIONS = [
     "Write a long story about a dragon who learns to bake bread.",
@@ -101,11 +104,21 @@ def torch_layer_ops(enabled: bool = True):
         kernels.use_native = saved
 
 
+def base_mode(mode: str) -> str:
+    return mode.removesuffix("-torch").removesuffix("-onednn")
+
+
 def laser_engine(mode: str) -> tuple[LLMEngine, float]:
-    dtype, matmul_dtype = MODES[mode.removesuffix("-torch")]
+    dtype, matmul_dtype = MODES[base_mode(mode)]
+    saved = _cpu.gemm_supported
+    if mode.endswith("-onednn"):
+        _cpu.gemm_supported = lambda: False  # the weights are packed as the engine starts
     t0 = time.perf_counter()
-    engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype, max_num_seqs=64,
-                                    num_threads=torch.get_num_threads()))
+    try:
+        engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype,
+                                        max_num_seqs=64, num_threads=torch.get_num_threads()))
+    finally:
+        _cpu.gemm_supported = saved
     return engine, time.perf_counter() - t0
 
 
@@ -160,7 +173,7 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     In ``mixed`` mode every matmul weight is read in bfloat16 (the LM head's float32 rescoring
     of 64 rows per token is left out) and runs at the bfloat16 rate."""
     params = sum(p.numel() for p in engine.runner.model.parameters())
-    dtype, matmul_dtype = MODES[mode.removesuffix("-torch")]
+    dtype, matmul_dtype = MODES[base_mode(mode)]
     work = DTYPES[matmul_dtype or dtype]
     weight_bytes = params * torch.empty((), dtype=work).element_size()
     one = bw * 1e9 / 2 / weight_bytes  # bw counts read + write; a step only reads
@@ -187,7 +200,7 @@ def main() -> None:
     gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
     for name in args.dtypes.split(","):
-        load_model(dtype=DTYPES[MODES[name.removesuffix("-torch")][0]])  # fills the cache
+        load_model(dtype=DTYPES[MODES[base_mode(name)][0]])  # fills the cache
         gc.collect()
         engine, start_s = laser_engine(name)
         lim = bounds(engine, name, bw, gflops)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.dispatch import backend
+from kernels import _cpu
+from kernels.dispatch import backend, use_native
 
 
 def _onednn_ok(device: torch.device, dtype: torch.dtype) -> bool:
@@ -43,12 +44,20 @@ def bf16_matmul_supported() -> bool:
                 and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None
-                       ) -> torch.Tensor | None:
+def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None,
+                       native: bool = False) -> torch.Tensor | _cpu.PackedBF16 | None:
     """A oneDNN-packed copy of ``weight`` ``[out_features, in_features]``, stored in ``dtype``
     (default: the weight's own), or None where packing does not apply (then :func:`linear`
-    uses ``F.linear`` on the plain weight, in its own dtype)."""
+    uses ``F.linear`` on the plain weight, in its own dtype).
+
+    ``native`` with a bfloat16 ``dtype`` packs for Laser's own single-threaded bfloat16 matmul
+    (``kernels/_cpu``, AVX512-BF16 CPUs) instead, where it builds: faster than oneDNN for the
+    few rows of a decode step on one thread (``bench/cpu_linear.py --model``)."""
     dtype = dtype or weight.dtype
+    if (native and dtype == torch.bfloat16 and weight.dtype == torch.float32
+            and weight.dim() == 2 and weight.shape[1] % 2 == 0 and use_native(weight)
+            and _cpu.gemm_supported()):
+        return _cpu.pack_bf16(weight.detach().contiguous())
     if weight.dim() != 2 or not _onednn_ok(weight.device, dtype):
         return None
     if weight.dtype != dtype and not (weight.dtype, dtype) == (torch.float32, torch.bfloat16):
@@ -70,6 +79,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = 
     consumer that reads bfloat16 (the C kernels) instead of converting it to float32 here, and
     a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is.
     """
+    if isinstance(packed, _cpu.PackedBF16):
+        raw_out = raw and bias is None
+        out = _cpu.gemm_bf16(x, packed, torch.bfloat16 if raw_out else torch.float32)
+        return out if bias is None else out.add_(bias)
     if packed is not None and x.device.type == "cpu":
         if packed.dtype == weight.dtype:
             if x.dtype == packed.dtype:

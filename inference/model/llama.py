@@ -110,7 +110,8 @@ class LlamaModel(nn.Module):
         self.lm_head_packed: torch.Tensor | None = None
         self.lm_head_screen: torch.Tensor | None = None  # bfloat16 head, see compute_logits
 
-    def pack_linears(self, matmul_dtype: torch.dtype | None = None) -> bool:
+    def pack_linears(self, matmul_dtype: torch.dtype | None = None,
+                     native_gemm: bool = False) -> bool:
         """Keep a packed copy of every projection and the LM head for ``kernels.linear``
         (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
 
@@ -121,19 +122,24 @@ class LlamaModel(nn.Module):
         all eight prompts of ``bench/cpu_precision.py`` where bfloat16 prefills changed four
         of them (docs/benchmarks.md). The LM head keeps its own dtype for the largest logits;
         a bfloat16 copy only screens the vocabulary in decode steps (``compute_logits``).
+
+        ``native_gemm`` packs the bfloat16 copies for Laser's single-threaded matmul
+        (``kernels.pack_linear_weight(..., native=True)``) where it builds: the runner asks for
+        it when decode steps run on one thread.
         """
         mixed = matmul_dtype is not None
         for layer in self.layers:
             attn = layer.attn
             weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
-            packs = tuple(kernels.pack_linear_weight(w, matmul_dtype) for w in weights)
+            packs = tuple(kernels.pack_linear_weight(w, matmul_dtype, native_gemm)
+                          for w in weights)
             attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = packs
             exact = mixed and packs[0] is not None and packs[0].dtype != attn.qkv_weight.dtype
             layer.exact_packs = (tuple(kernels.pack_linear_weight(w) for w in weights)
                                  if exact else None)
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
-        self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype)
+        self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype, native_gemm)
                                if mixed and matmul_dtype != head.dtype else None)
         return self.lm_head_packed is not None
 

@@ -40,7 +40,11 @@ SIGNATURES = {
     "laser_decode_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64,
                                _f32, _ptr, _int),
     "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
+    "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
+    "laser_gemm_bf16": (_ptr, _i64, _i64, _ptr, _i64, _ptr, _int),
+    "laser_gemm_bf16_supported": (),
 }
+RESTYPES = {"laser_gemm_bf16_supported": _int}
 
 
 def _cpu_name() -> str:
@@ -89,7 +93,7 @@ def library() -> ctypes.CDLL | None:
         return None
     for name, args in SIGNATURES.items():
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = args, None
+        fn.argtypes, fn.restype = args, RESTYPES.get(name)
     return lib
 
 
@@ -174,4 +178,55 @@ def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     out = torch.empty((num_tokens, width // 2), dtype=out_dtype)
     library().laser_silu_and_mul(x.data_ptr(), DTYPES[x.dtype], num_tokens, width // 2,
                                  out.data_ptr(), DTYPES[out_dtype])
+    return out
+
+
+GEMM_BLOCK = 32  # outputs per block of the packed layout (laser_cpu.c)
+
+
+@functools.cache
+def gemm_supported() -> bool:
+    """Whether the kernels built here have the bfloat16 matmul (AVX512-BF16 CPUs)."""
+    lib = library()
+    return lib is not None and bool(lib.laser_gemm_bf16_supported())
+
+
+class PackedBF16:
+    """A float32 weight ``[N, K]`` in bfloat16, laid out for :func:`gemm_bf16`.
+
+    Stands where ``kernels.linear`` takes a packed weight; ``dtype`` is the matmul's dtype,
+    as a oneDNN-packed tensor's is."""
+
+    __slots__ = ("data", "out_features", "in_features")
+    dtype = torch.bfloat16
+
+    def __init__(self, data: torch.Tensor, out_features: int, in_features: int) -> None:
+        self.data, self.out_features, self.in_features = data, out_features, in_features
+
+
+def pack_bf16(weight: torch.Tensor) -> PackedBF16:
+    """``weight`` ``[N, K]`` (float32, K even) rounded to bfloat16 and packed."""
+    _check(weight, "weight", torch.float32)
+    n, k = weight.shape
+    if k % 2:
+        raise ValueError(f"pack_bf16: in_features {k} is odd")
+    blocks = -(-n // GEMM_BLOCK)
+    data = torch.empty((blocks, k // 2, GEMM_BLOCK, 2), dtype=torch.bfloat16)
+    library().laser_pack_bf16(weight.data_ptr(), n, k, data.data_ptr())
+    return PackedBF16(data, n, k)
+
+
+def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype) -> torch.Tensor:
+    """``x`` ``[M, K]`` times the packed weight transposed, summed in float32; ``[M, N]`` in
+    ``out_dtype``. A float32 ``x`` is rounded to bfloat16 first (as oneDNN's matmul does)."""
+    if x.dtype != torch.bfloat16:
+        x = x.to(torch.bfloat16)
+    x = x.contiguous()
+    _check(x, "x", torch.bfloat16)
+    num_rows, k = x.shape
+    if k != packed.in_features:
+        raise ValueError(f"gemm_bf16: x has {k} features, the weight {packed.in_features}")
+    out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
+    library().laser_gemm_bf16(x.data_ptr(), num_rows, k, packed.data.data_ptr(),
+                              packed.out_features, out.data_ptr(), DTYPES[out_dtype])
     return out
