@@ -1,6 +1,7 @@
 """Added latency of the gateway over calling the engine directly (issue 6).
 
     .venv/bin/python bench/gateway_overhead.py [--streams 1,50] [--tokens 16] [--rounds 2]
+        [--client raw|httpx]
 
 One process, one engine (the bundled SmolLM2 unless ``--model``), the same greedy requests two
 ways, in rounds of alternating order after a one-token warm-up round through both:
@@ -8,8 +9,13 @@ ways, in rounds of alternating order after a one-token warm-up round through bot
 - direct: ``AsyncEngine.generate()`` awaited on this process's event loop;
 - gateway: ``POST /v1/chat/completions`` with ``stream: true`` over HTTP to uvicorn serving
   Laser on a thread of this process (the embedded layout: SQLite, in-process limits, SLO
-  reports written), API key, admission, SSE framing and all; the httpx client runs in a child
-  process (``gateway_overhead.py client``), so its parsing does not share this process's GIL.
+  reports written), API key, admission, SSE framing and all. The client runs in a child
+  process (``gateway_overhead.py client``), so its parsing does not share this process's GIL;
+  it still shares the machine's cores. ``--client raw`` (default) is a bare asyncio HTTP/1.1
+  connection per stream that splits the chunked SSE body and parses each ``data:`` line, the
+  least a client can do, so that what is added is the gateway's; ``--client httpx`` is the
+  stack the openai SDK streams on (``aiter_lines``), whose own CPU on a 2-core machine adds
+  about 3 ms at 50 streams on top (docs/benchmarks.md).
 
 Per request, TTFT as the caller sees it (start of the call -> first token); per token, the
 delivery delay: when the caller got the token minus the engine's timestamp for it. On the gateway
@@ -31,6 +37,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -198,7 +205,40 @@ async def client_stream(http: Any, prompt: str, tokens: int) -> dict:
     return {"id": request_id, "t0": t0, "arrivals": arrivals}
 
 
+async def raw_stream(url: str, key: str, prompt: str, tokens: int) -> dict:
+    """``client_stream`` over a bare connection: one HTTP/1.1 request, the chunked body split
+    into SSE events by hand."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    t0, arrivals, request_id = time.time(), [], ""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        payload = json.dumps(body(prompt, tokens)).encode()
+        writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                     f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        status, *headers = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        if status.split()[1] != "200" or "transfer-encoding: chunked" not in map(str.lower,
+                                                                                 headers):
+            raise RuntimeError(f"unexpected response: {status} {headers}")
+        pending = b""
+        while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
+            pending += (await reader.readexactly(size + 2))[:-2]
+            *events, pending = pending.split(b"\n\n")
+            for event in events:
+                if event.startswith(b"data: {"):
+                    now, chunk = time.time(), json.loads(event[6:])
+                    if chunk["choices"]:
+                        request_id = chunk["id"]
+                        arrivals.append(now)
+    finally:
+        writer.close()
+    return {"id": request_id, "t0": t0, "arrivals": arrivals}
+
+
 async def client_round(job: dict) -> list[dict]:
+    if job["client"] == "raw":
+        return await asyncio.gather(*(raw_stream(job["url"], job["key"], p, job["tokens"])
+                                      for p in job["prompts"]))
     import httpx
 
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
@@ -216,7 +256,7 @@ def client_main() -> None:
 
 async def gateway_round(ctx: dict, prompts: list[str], tokens: int) -> list:
     job = json.dumps({"url": ctx["url"], "key": ctx["plaintext"], "prompts": prompts,
-                      "tokens": tokens}).encode()
+                      "tokens": tokens, "client": ctx["client"]}).encode()
     proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "client",
                                                 stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE)
@@ -300,12 +340,15 @@ def main() -> None:
                         help="no model: one token per stream every N ms (the HTTP path alone)")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for this process (seconds; Python's is 0.005)")
+    parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
+                        help="the gateway's client: a bare connection or httpx (module doc)")
     args = parser.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     with tempfile.TemporaryDirectory() as var_dir:
         paced = args.paced_ms / 1000 if args.paced_ms else None
         ctx = setup_embedded_django(var_dir, args.model, max(args.streams) + 14, paced)
+        ctx["client"] = args.client
         from apps.gateway.engine import set_engine_client
         from tests.apps.gateway.live import LiveServer
 
