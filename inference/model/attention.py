@@ -11,6 +11,11 @@ from kernels import _cpu
 from .config import ModelConfig
 from .metadata import AttentionMetadata
 
+# Steps whose prompt chunks are at most this long run their attention, decodes included, as the
+# C kernel (a decode-style pass per query row, linear in the context); a longer chunk's
+# quadratic work goes to the PyTorch path's SDPA, and the step's decodes with it.
+NATIVE_CHUNK_ROWS = 64
+
 
 class Attention(nn.Module):
     """Fused-QKV attention with rotary embeddings; K/V are written into the paged cache.
@@ -43,9 +48,10 @@ class Attention(nn.Module):
                 native_act: torch.dtype | None = None) -> torch.Tensor:
         """`hidden` `[T, hidden]` -> `[T, hidden]`; writes this step's K/V into `kv_cache`.
         `packed` is the step's (qkv, o) packed weights (default: the layer's own).
-        `native_act` (see `DecoderLayer._native_act`) runs rotary + cache write and the decode
-        attention as C kernels, the decode attention reading the paged cache in place, and
-        returns the O projection's raw product."""
+        `native_act` (see `DecoderLayer._native_act`) runs rotary + cache write and the
+        attention (of steps with prompt chunks up to `NATIVE_CHUNK_ROWS`) as C kernels, the
+        attention reading the paged cache in place, and returns the O projection's raw
+        product."""
         num_tokens = hidden.shape[0]
         qkv_packed, o_packed = packed or (self.qkv_packed, self.o_packed)
         raw = native_act is not None
@@ -61,9 +67,10 @@ class Attention(nn.Module):
             v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
             kernels.rotary_embedding(positions, q, k, cos_sin_cache)
             kernels.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        if meta.is_decode_only and raw:
-            out = _cpu.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                        self.scale, native_act)
+        if raw and meta.max_query_len <= NATIVE_CHUNK_ROWS:
+            out = _cpu.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                                       self.scale, native_act,
+                                       None if meta.is_decode_only else meta.query_start_loc)
         elif meta.is_decode_only:
             index = None if kernels.use_triton(q) else meta.decode_index(*k_cache.shape[1:])
             out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("laser_cpu.c")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=c11", "-fPIC",
-         "-shared")
+         "-shared", "-pthread")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 _i64, _f32, _ptr, _int = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int
@@ -37,11 +37,11 @@ SIGNATURES = {
     "laser_add_rms_norm": (_ptr, _int, _ptr, _ptr, _f32, _i64, _i64, _ptr, _int),
     "laser_rope_write_kv": (_ptr, _int, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr,
                             _ptr),
-    "laser_decode_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64,
-                               _f32, _ptr, _int),
+    "laser_paged_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64,
+                              _i64, _f32, _ptr, _int),
     "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
     "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
-    "laser_gemm_bf16": (_ptr, _i64, _i64, _ptr, _i64, _ptr, _int),
+    "laser_gemm_bf16": (_ptr, _int, _i64, _i64, _ptr, _i64, _ptr, _int, _int),
     "laser_gemm_bf16_supported": (),
 }
 RESTYPES = {"laser_gemm_bf16_supported": _int}
@@ -148,24 +148,35 @@ def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Ten
     return q
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                     out_dtype: torch.dtype) -> torch.Tensor:
-    """``kernels.paged_decode_attention`` for float32 ``q`` and caches, read in place; the
-    result ``[S, H, D]`` in ``out_dtype``."""
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                    out_dtype: torch.dtype,
+                    query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention of float32 ``q`` ``[T, H, D]`` over float32 paged caches read in place:
+    ``kernels.paged_prefill_attention``'s contract, or, without ``query_start_loc``,
+    ``kernels.paged_decode_attention``'s (one row per sequence); the result ``[T, H, D]`` in
+    ``out_dtype``. Each query row is a decode-style pass over its keys: the quadratic work of
+    a long prompt belongs to SDPA (``Attention.forward`` sends only short chunks here)."""
     for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
         _check(t, name, torch.float32)
     _check(block_tables, "block_tables", torch.int32)
     _check(seq_lens, "seq_lens", torch.int32)
-    num_seqs, num_heads, head_dim = q.shape
+    num_rows, num_heads, head_dim = q.shape
+    num_seqs = seq_lens.shape[0]
+    if query_start_loc is not None:
+        _check(query_start_loc, "query_start_loc", torch.int32)
+    elif num_rows != num_seqs:
+        raise ValueError(f"{num_rows} query rows for {num_seqs} sequences without "
+                         "query_start_loc")
     _, block_size, num_kv_heads, _ = k_cache.shape
     if num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads} kv heads")
-    out = torch.empty((num_seqs, num_heads, head_dim), dtype=out_dtype)
-    library().laser_decode_attention(
+    out = torch.empty((num_rows, num_heads, head_dim), dtype=out_dtype)
+    library().laser_paged_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
-        block_tables.shape[1], seq_lens.data_ptr(), num_seqs, num_heads, num_kv_heads, head_dim,
-        block_size, scale, out.data_ptr(), DTYPES[out_dtype])
+        block_tables.shape[1], seq_lens.data_ptr(),
+        None if query_start_loc is None else query_start_loc.data_ptr(), num_seqs, num_heads,
+        num_kv_heads, head_dim, block_size, scale, out.data_ptr(), DTYPES[out_dtype])
     return out
 
 
@@ -194,14 +205,25 @@ def gemm_supported() -> bool:
 class PackedBF16:
     """A float32 weight ``[N, K]`` in bfloat16, laid out for :func:`gemm_bf16`.
 
-    Stands where ``kernels.linear`` takes a packed weight; ``dtype`` is the matmul's dtype,
-    as a oneDNN-packed tensor's is."""
+    Stands where ``kernels.linear`` takes a packed weight. ``split`` (a view sharing the data,
+    :meth:`split_view`) multiplies float32 activations split into two bfloat16 parts: only the
+    weights are rounded, so its ``dtype`` (what the activations around it keep) is float32;
+    otherwise the activations are rounded to bfloat16 too and ``dtype`` is bfloat16, as a
+    oneDNN-packed bfloat16 tensor's."""
 
-    __slots__ = ("data", "out_features", "in_features")
-    dtype = torch.bfloat16
+    __slots__ = ("data", "out_features", "in_features", "split")
 
-    def __init__(self, data: torch.Tensor, out_features: int, in_features: int) -> None:
+    def __init__(self, data: torch.Tensor, out_features: int, in_features: int,
+                 split: bool = False) -> None:
         self.data, self.out_features, self.in_features = data, out_features, in_features
+        self.split = split
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32 if self.split else torch.bfloat16
+
+    def split_view(self) -> PackedBF16:
+        return PackedBF16(self.data, self.out_features, self.in_features, split=True)
 
 
 def pack_bf16(weight: torch.Tensor) -> PackedBF16:
@@ -216,17 +238,19 @@ def pack_bf16(weight: torch.Tensor) -> PackedBF16:
     return PackedBF16(data, n, k)
 
 
-def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype) -> torch.Tensor:
+def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
+              threads: int = 1) -> torch.Tensor:
     """``x`` ``[M, K]`` times the packed weight transposed, summed in float32; ``[M, N]`` in
-    ``out_dtype``. A float32 ``x`` is rounded to bfloat16 first (as oneDNN's matmul does)."""
-    if x.dtype != torch.bfloat16:
-        x = x.to(torch.bfloat16)
-    x = x.contiguous()
-    _check(x, "x", torch.bfloat16)
+    ``out_dtype``. A ``split`` weight takes ``x`` as float32 (hi + lo bfloat16 parts); otherwise
+    a float32 ``x`` is rounded to bfloat16 first (as oneDNN's matmul does). ``threads`` > 1
+    splits the output blocks over that many threads started for the call."""
+    dtype = torch.float32 if packed.split else torch.bfloat16
+    x = x.to(dtype).contiguous()
     num_rows, k = x.shape
     if k != packed.in_features:
         raise ValueError(f"gemm_bf16: x has {k} features, the weight {packed.in_features}")
+    _check(x, "x", dtype)
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
-    library().laser_gemm_bf16(x.data_ptr(), num_rows, k, packed.data.data_ptr(),
-                              packed.out_features, out.data_ptr(), DTYPES[out_dtype])
+    library().laser_gemm_bf16(x.data_ptr(), DTYPES[dtype], num_rows, k, packed.data.data_ptr(),
+                              packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
     return out

@@ -228,14 +228,15 @@ static void attend(const float *q, int64_t G, int64_t D, const float *k_cache,
     }
 }
 
-/* One query token per sequence against its paged cache, read in place.
- * q: [S, H, D] float32; caches float32 [num_blocks * B, KVH, D]; block_tables: [S, stride]
- * int32; seq_lens: [S] int32 (>= 1, the current token included); out: [S, H, D] in out_dtype.
- * Query head h reads KV head h / (H / KVH). */
-void laser_decode_attention(const float *q, const float *k_cache, const float *v_cache,
-                            const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
-                            int64_t S, int64_t H, int64_t KVH, int64_t D, int64_t B, float scale,
-                            void *out, int out_dtype) {
+/* Causal attention of each sequence's query rows against its paged cache, read in place.
+ * q: [T, H, D] float32; caches float32 [num_blocks * B, KVH, D]; block_tables: [S, stride]
+ * int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
+ * int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last positions (NULL: one row each,
+ * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH). */
+void laser_paged_attention(const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
+                           const int32_t *query_start_loc, int64_t S, int64_t H, int64_t KVH,
+                           int64_t D, int64_t B, float scale, void *out, int out_dtype) {
     int64_t G = H / KVH, max_len = 1;
     for (int64_t s = 0; s < S; s++)
         if (seq_lens[s] > max_len) max_len = seq_lens[s];
@@ -244,19 +245,25 @@ void laser_decode_attention(const float *q, const float *k_cache, const float *v
     float *acc = (float *)malloc((size_t)(G * D) * 4);
     char *ob = (char *)out;
     for (int64_t s = 0; s < S; s++) {
-        int64_t len = seq_lens[s];
+        int64_t seq_len = seq_lens[s];
+        int64_t first = query_start_loc ? query_start_loc[s] : s;
+        int64_t q_len = query_start_loc ? query_start_loc[s + 1] - first : 1;
         const int32_t *table = block_tables + s * stride;
-        for (int64_t t = 0; t < len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
-        for (int64_t kh = 0; kh < KVH; kh++) {
-            const float *qh = q + (s * H + kh * G) * D;
+        for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
+        for (int64_t i = 0; i < q_len; i++) {
+            int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
+            for (int64_t kh = 0; kh < KVH; kh++) {
+                const float *qh = q + (row * H + kh * G) * D;
 #ifdef __AVX512F__
-            if (D == 64 && G <= 4)
-                attend_64(qh, (int)G, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
-            else
+                if (D == 64 && G <= 4)
+                    attend_64(qh, (int)G, k_cache, v_cache, rows, len, KVH, kh, scale, scores,
+                              acc);
+                else
 #endif
-                attend(qh, G, D, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
-            size_t at = (size_t)((s * H + kh * G) * D) * elem_size(out_dtype);
-            store_row(acc, G * D, ob + at, out_dtype);
+                    attend(qh, G, D, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
+                size_t at = (size_t)((row * H + kh * G) * D) * elem_size(out_dtype);
+                store_row(acc, G * D, ob + at, out_dtype);
+            }
         }
     }
     free(acc);
@@ -281,21 +288,28 @@ void laser_silu_and_mul(const void *x, int x_dtype, int64_t T, int64_t I, void *
     free(row);
 }
 
-/* ---- bfloat16 matmul for decode steps ------------------------------------------------------
+/* ---- bfloat16 matmul -----------------------------------------------------------------------
  *
- * out [M, N] = x [M, K] @ w [N, K]^T with bfloat16 x and w, float32 sums (AVX512-BF16's pair
- * dot product, as oneDNN uses), out in float32 or bfloat16 (rounded to nearest even).
+ * out [M, N] = x [M, K] @ w [N, K]^T with bfloat16 w and float32 sums (AVX512-BF16's pair dot
+ * product, as oneDNN uses), out in float32 or bfloat16 (rounded to nearest even).
+ *
+ * x comes in two ways. bfloat16 (decode steps): as is. float32 (steps with prompt tokens, which
+ * write the prompt's KV cache): split into hi = bf16(x) and lo = bf16(x - hi), both multiplied
+ * by the same weights into the same sums, so the activations keep about 16 bits of mantissa and
+ * only the weights are rounded. Rounding the activations is what flipped SmolLM2's near-ties in
+ * a bfloat16 prefill; with the split, bench/cpu_precision.py's answers stay float32's.
  *
  * Why not oneDNN: a decode step multiplies a few rows by every weight of the model, and the
  * weights (270 MB in bfloat16 for SmolLM2-135M) stream from memory once a step. This kernel
  * reads each weight once per step in the order it is stored, prefetching 16 KB ahead, and
- * keeps up to 8 rows x 32 outputs of sums in registers: on the development CPU a whole model's
- * matmuls at 16 rows took 1.5x less time than oneDNN's (bench/cpu_linear.py --model).
+ * keeps up to 8 rows x 32 outputs of sums in registers: a whole model's matmuls at 16 rows took
+ * 1.5x less time than oneDNN's on the development CPU (bench/cpu_linear.py --model).
  *
  * Packed layout (laser_pack_bf16): blocks of 32 outputs; in a block, for each pair of inputs
  * (2p, 2p + 1), the 32 outputs' two weights side by side: one 64-byte line per 16 outputs,
  * exactly what one VDPBF16PS multiplies with a broadcast input pair. N is padded to 32 with
- * zeros; K must be even.
+ * zeros; K must be even. `threads` > 1 splits the blocks over that many POSIX threads (started
+ * and joined in the call: worth it for the long matmuls of a prefill, not for a decode step's).
  */
 enum { GEMM_NB = 32, GEMM_MR = 8, GEMM_PREFETCH = 8192 /* bfloat16 elements ahead */ };
 
@@ -320,6 +334,8 @@ void laser_pack_bf16(const float *w, int64_t N, int64_t K, uint16_t *out) {
 }
 
 #ifdef __AVX512BF16__
+#include <pthread.h>
+
 static inline void gemm_store(__m512 acc, void *out, int out_dtype, int64_t at, __mmask16 keep) {
     if (out_dtype == F32)
         _mm512_mask_storeu_ps((float *)out + at, keep, acc);
@@ -328,10 +344,12 @@ static inline void gemm_store(__m512 acc, void *out, int out_dtype, int64_t at, 
                                  (__m256i)_mm512_cvtneps_pbh(acc));
 }
 
-/* rows [0, MR) of x times one block of 32 outputs; MR a constant in each expansion */
-#define GEMM_TILE(MR)                                                                        \
-    static void gemm_tile_##MR(const int32_t *x, int64_t ks, const uint16_t *wb, int64_t KP, \
-                               void *out, int out_dtype, int64_t N, int64_t n0) {            \
+/* Rows [0, MR) of x (hi, and lo when SPLIT; input pairs as int32, a row every ks pairs) times
+ * one block of 32 outputs; MR and SPLIT are constants in each expansion. */
+#define GEMM_TILE(MR, SPLIT)                                                                 \
+    static void gemm_tile_##MR##_##SPLIT(const int32_t *hi, const int32_t *lo, int64_t ks,   \
+                                          const uint16_t *wb, int64_t KP, void *out,        \
+                                          int out_dtype, int64_t N, int64_t n0) {           \
         __m512 acc[MR][2];                                                                   \
         for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = _mm512_setzero_ps();            \
         for (int64_t p = 0; p < KP; p++) {                                                   \
@@ -341,51 +359,102 @@ static inline void gemm_store(__m512 acc, void *out, int out_dtype, int64_t at, 
             __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp);                                  \
             __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + GEMM_NB);                        \
             for (int m = 0; m < MR; m++) {                                                   \
-                __m512bh xm = (__m512bh)_mm512_set1_epi32(x[m * ks + p]);                    \
+                __m512bh xm = (__m512bh)_mm512_set1_epi32(hi[m * ks + p]);                   \
                 acc[m][0] = _mm512_dpbf16_ps(acc[m][0], xm, w0);                             \
                 acc[m][1] = _mm512_dpbf16_ps(acc[m][1], xm, w1);                             \
+                if (SPLIT) {                                                                 \
+                    __m512bh xl = (__m512bh)_mm512_set1_epi32(lo[m * ks + p]);               \
+                    acc[m][0] = _mm512_dpbf16_ps(acc[m][0], xl, w0);                         \
+                    acc[m][1] = _mm512_dpbf16_ps(acc[m][1], xl, w1);                         \
+                }                                                                            \
             }                                                                                \
         }                                                                                    \
         int64_t left = N - n0;                                                               \
         __mmask16 k0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);                  \
-        __mmask16 k1 = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1); \
+        __mmask16 k1 = left >= 32   ? 0xffff                                                 \
+                       : left <= 16 ? 0                                                      \
+                                    : (__mmask16)((1u << (left - 16)) - 1);                  \
         for (int m = 0; m < MR; m++) {                                                       \
             gemm_store(acc[m][0], out, out_dtype, m * N + n0, k0);                           \
             gemm_store(acc[m][1], out, out_dtype, m * N + n0 + 16, k1);                      \
         }                                                                                    \
     }
-GEMM_TILE(1)
-GEMM_TILE(2)
-GEMM_TILE(3)
-GEMM_TILE(4)
-GEMM_TILE(5)
-GEMM_TILE(6)
-GEMM_TILE(7)
-GEMM_TILE(8)
+#define GEMM_TILES_OF(SPLIT)                                                                 \
+    GEMM_TILE(1, SPLIT) GEMM_TILE(2, SPLIT) GEMM_TILE(3, SPLIT) GEMM_TILE(4, SPLIT)          \
+    GEMM_TILE(5, SPLIT) GEMM_TILE(6, SPLIT) GEMM_TILE(7, SPLIT) GEMM_TILE(8, SPLIT)
+GEMM_TILES_OF(0)
+GEMM_TILES_OF(1)
 
-typedef void (*gemm_tile_fn)(const int32_t *, int64_t, const uint16_t *, int64_t, void *, int,
-                             int64_t, int64_t);
-static const gemm_tile_fn GEMM_TILES[GEMM_MR] = {gemm_tile_1, gemm_tile_2, gemm_tile_3,
-                                                 gemm_tile_4, gemm_tile_5, gemm_tile_6,
-                                                 gemm_tile_7, gemm_tile_8};
-#endif
+typedef void (*gemm_tile_fn)(const int32_t *, const int32_t *, int64_t, const uint16_t *,
+                             int64_t, void *, int, int64_t, int64_t);
+static const gemm_tile_fn GEMM_TILES[2][GEMM_MR] = {
+    {gemm_tile_1_0, gemm_tile_2_0, gemm_tile_3_0, gemm_tile_4_0, gemm_tile_5_0, gemm_tile_6_0,
+     gemm_tile_7_0, gemm_tile_8_0},
+    {gemm_tile_1_1, gemm_tile_2_1, gemm_tile_3_1, gemm_tile_4_1, gemm_tile_5_1, gemm_tile_6_1,
+     gemm_tile_7_1, gemm_tile_8_1}};
 
-void laser_gemm_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
-                     void *out, int out_dtype) {
-#ifdef __AVX512BF16__
-    int64_t KP = K / 2, blocks = (N + GEMM_NB - 1) / GEMM_NB;
-    char *ob = (char *)out;
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint16_t *wb = w + b * KP * GEMM_NB * 2;
-        for (int64_t m0 = 0; m0 < M; m0 += GEMM_MR) {
-            int64_t mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
-            GEMM_TILES[mr - 1]((const int32_t *)(x + m0 * K), KP, wb, KP,
-                               ob + (size_t)(m0 * N) * elem_size(out_dtype), out_dtype, N,
-                               b * GEMM_NB);
+typedef struct {
+    const uint16_t *hi, *lo, *w;
+    int64_t M, K, N, b0, b1;
+    char *out;
+    int out_dtype;
+} gemm_job;
+
+static void *gemm_blocks(void *arg) {
+    const gemm_job *j = (const gemm_job *)arg;
+    int64_t KP = j->K / 2;
+    const gemm_tile_fn *tiles = GEMM_TILES[j->lo != NULL];
+    for (int64_t b = j->b0; b < j->b1; b++) {
+        const uint16_t *wb = j->w + b * KP * GEMM_NB * 2;
+        for (int64_t m0 = 0; m0 < j->M; m0 += GEMM_MR) {
+            int64_t mr = j->M - m0 < GEMM_MR ? j->M - m0 : GEMM_MR;
+            tiles[mr - 1]((const int32_t *)(j->hi + m0 * j->K),
+                          j->lo ? (const int32_t *)(j->lo + m0 * j->K) : NULL, KP, wb, KP,
+                          j->out + (size_t)(m0 * j->N) * elem_size(j->out_dtype), j->out_dtype,
+                          j->N, b * GEMM_NB);
         }
     }
+    return NULL;
+}
+#endif
+
+void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uint16_t *w,
+                     int64_t N, void *out, int out_dtype, int threads) {
+#ifdef __AVX512BF16__
+    uint16_t *split = NULL;
+    const uint16_t *hi = (const uint16_t *)x, *lo = NULL;
+    if (x_dtype == F32) {
+        split = (uint16_t *)malloc((size_t)(2 * M * K) * 2);
+        const float *xf = (const float *)x;
+        for (int64_t i = 0; i < M * K; i++) {
+            uint16_t h = f32_to_bf16(xf[i]);
+            split[i] = h;
+            split[M * K + i] = f32_to_bf16(xf[i] - bf16_to_f32(h));
+        }
+        hi = split;
+        lo = split + M * K;
+    }
+    int64_t blocks = (N + GEMM_NB - 1) / GEMM_NB;
+    if (threads > blocks) threads = (int)blocks;
+    if (threads < 1) threads = 1;
+    gemm_job jobs[64];
+    pthread_t ids[64];
+    if (threads > 64) threads = 64;
+    int started = 0;
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (gemm_job){hi, lo, w, M, K, N, blocks * t / threads, blocks * (t + 1) / threads,
+                             (char *)out, out_dtype};
+        if (t > 0 && pthread_create(&ids[started], NULL, gemm_blocks, &jobs[t]) == 0)
+            started++;
+        else if (t > 0)
+            gemm_blocks(&jobs[t]); /* no thread to be had: do its share here */
+    }
+    gemm_blocks(&jobs[0]);
+    for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+    free(split);
 #else
-    (void)x; (void)M; (void)K; (void)w; (void)N; (void)out; (void)out_dtype;
+    (void)x; (void)x_dtype; (void)M; (void)K; (void)w; (void)N; (void)out; (void)out_dtype;
+    (void)threads;
     abort(); /* callers check laser_gemm_bf16_supported() */
 #endif
 }

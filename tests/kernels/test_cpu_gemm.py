@@ -35,6 +35,33 @@ def test_gemm_equals_the_float64_product_of_the_rounded_operands(rows, shape) ->
     assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max() * k ** 0.5
 
 
+@pytest.mark.parametrize("rows", [1, 8, 13, 70])
+def test_split_activations_leave_only_the_weights_rounded(rows) -> None:
+    """float32 x as hi + lo bfloat16 parts: within float32 summation of the product of the
+    exact x and the rounded weights, a thousand times closer than rounding x too."""
+    torch.manual_seed(rows)
+    w, x = torch.randn(96, 576), torch.randn(rows, 576)
+    packed = _cpu.pack_bf16(w)
+    ref = x.double() @ w.to(BF16).double().T
+    split = _cpu.gemm_bf16(x, packed.split_view(), torch.float32)
+    plain = _cpu.gemm_bf16(x, packed, torch.float32)
+    assert packed.split_view().dtype == torch.float32 and packed.dtype == BF16
+    err = (split.double() - ref).abs().max() / ref.abs().max()
+    assert err <= 1e-5
+    assert err * 100 < (plain.double() - ref).abs().max() / ref.abs().max()
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_threads_split_the_blocks_and_give_the_same_sums(split) -> None:
+    torch.manual_seed(5)
+    w, x = torch.randn(333, 64), torch.randn(9, 64)
+    packed = _cpu.pack_bf16(w)
+    packed = packed.split_view() if split else packed
+    one = _cpu.gemm_bf16(x, packed, torch.float32)
+    for threads in (2, 3, 64):
+        assert torch.equal(_cpu.gemm_bf16(x, packed, torch.float32, threads), one)
+
+
 def test_bfloat16_output_is_the_float32_output_rounded() -> None:
     torch.manual_seed(0)
     w, x = torch.randn(200, 96), torch.randn(11, 96)
@@ -62,6 +89,9 @@ def test_linear_runs_the_kernel_for_a_native_pack() -> None:
     assert out.dtype == torch.float32 and rel_err(out.double(), ref) <= 1e-6
     raw = kernels.linear(x.to(BF16), w, packed, raw=True)
     assert raw.dtype == BF16 and torch.equal(raw, out.to(BF16))
+    split = kernels.linear(x, w, packed.split_view(), raw=True)  # float32 in, float32 out
+    assert split.dtype == torch.float32
+    assert rel_err(split.double(), x.double() @ w.to(BF16).double().T) <= 1e-5
     with_bias = kernels.linear(x, w, packed, bias)
     assert rel_err(with_bias.double(), ref + bias.double()) <= 1e-6
     # an odd width, or no native request, keeps oneDNN's packing
@@ -107,4 +137,10 @@ def test_the_runner_gives_one_thread_decode_matmuls_to_the_kernel(threads, nativ
     layer = runner.model.layers[0]
     assert isinstance(layer.gate_up_packed, _cpu.PackedBF16) is native
     assert isinstance(runner.model.lm_head_screen, _cpu.PackedBF16) is native
-    assert not isinstance(layer.exact_packs[0], _cpu.PackedBF16)  # prefill stays float32
+    # prefill: the same bfloat16 weights with split float32 activations, or float32 oneDNN
+    exact = layer.exact_packs[0]
+    assert exact.dtype == torch.float32
+    if native:
+        assert exact.split and exact.data is layer.attn.qkv_packed.data
+    else:
+        assert not isinstance(exact, _cpu.PackedBF16)

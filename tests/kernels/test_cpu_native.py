@@ -77,10 +77,30 @@ def test_decode_attention_matches_a_naive_softmax(shape, out_dtype) -> None:
     k_cache, v_cache, tables = make_paged(seq_lens, 16, kv_heads, dim)  # NaN in unwritten rows
     q = torch.randn(len(seq_lens), heads, dim)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
-    out = _cpu.decode_attention(q, k_cache, v_cache, tables, lens, dim ** -0.5, out_dtype)
+    out = _cpu.paged_attention(q, k_cache, v_cache, tables, lens, dim ** -0.5, out_dtype)
     ref = naive_decode(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
     assert out.dtype == out_dtype
     assert rel_err(out, ref) < (1e-6 if out_dtype == torch.float32 else 5e-3)
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 64), (4, 4, 48)])
+def test_paged_attention_of_mixed_chunks_matches_the_prefill_reference(shape) -> None:
+    """Decode rows and prompt chunks in one step: each chunk row attends causally (up to its
+    own position), as ``paged_prefill_attention`` does with SDPA."""
+    from kernels.prefill_attention import paged_prefill_attention_reference
+
+    heads, kv_heads, dim = shape
+    seq_lens, q_lens = [1, 16, 17, 90, 33], [1, 5, 1, 20, 33]
+    k_cache, v_cache, tables = make_paged(seq_lens, 16, kv_heads, dim)
+    q = torch.randn(sum(q_lens), heads, dim)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    out = _cpu.paged_attention(q, k_cache, v_cache, tables, lens, dim ** -0.5, torch.float32,
+                               qsl)
+    ref = paged_prefill_attention_reference(q, k_cache, v_cache, tables, qsl, lens, dim ** -0.5)
+    assert rel_err(out, ref) < 1e-5
+    with pytest.raises(ValueError, match="query_start_loc"):
+        _cpu.paged_attention(q, k_cache, v_cache, tables, lens, 1.0, torch.float32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
@@ -102,7 +122,7 @@ def test_wrappers_refuse_what_the_c_code_does_not_handle() -> None:
                           torch.float32)
     with pytest.raises(ValueError, match="do not group"):
         k = torch.zeros(1, 16, 3, 8)
-        _cpu.decode_attention(torch.zeros(1, 4, 8), k, k, torch.zeros(1, 1, dtype=torch.int32),
+        _cpu.paged_attention(torch.zeros(1, 4, 8), k, k, torch.zeros(1, 1, dtype=torch.int32),
                               torch.ones(1, dtype=torch.int32), 1.0, torch.float32)
 
 
@@ -147,7 +167,7 @@ def test_the_build_goes_to_the_native_dir_and_is_reused(monkeypatch, tmp_path) -
 
 def _count_native_calls(monkeypatch) -> dict[str, int]:
     calls: dict[str, int] = {}
-    for name in ("add_rms_norm", "rope_write_kv", "decode_attention", "silu_and_mul"):
+    for name in ("add_rms_norm", "rope_write_kv", "paged_attention", "silu_and_mul"):
         def spy(*args, _fn=getattr(_cpu, name), _name=name, **kwargs):
             calls[_name] = calls.get(_name, 0) + 1
             return _fn(*args, **kwargs)
@@ -174,5 +194,5 @@ def test_model_native_path_matches_the_pytorch_path(monkeypatch, mixed) -> None:
         ref = _run(model, monkeypatch, "reference")
     calls = _count_native_calls(monkeypatch)
     out = _run(model, monkeypatch, "auto")
-    assert set(calls) == {"add_rms_norm", "rope_write_kv", "decode_attention", "silu_and_mul"}
+    assert set(calls) == {"add_rms_norm", "rope_write_kv", "paged_attention", "silu_and_mul"}
     assert rel_err(out, ref) <= 1e-5, rel_err(out, ref)
