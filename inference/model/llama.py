@@ -8,8 +8,9 @@ from torch import nn
 
 import kernels
 from kernels import _cpu
+from kernels.linear import THREADED_ROWS
 
-from .attention import Attention
+from .attention import NATIVE_CHUNK_ROWS, Attention
 from .config import ModelConfig
 from .metadata import AttentionMetadata
 
@@ -59,6 +60,16 @@ class DecoderLayer(nn.Module):
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
         qkv, o, gate_up, down = self.packs(meta)
         act = self._native_act(hidden, kv_cache, down)
+        if act is not None and self._one_call(meta, (qkv, o, gate_up, down)):
+            first = residual is None
+            residual = hidden if first else residual
+            attn = self.attn
+            threads = torch.get_num_threads() if hidden.shape[0] >= THREADED_ROWS else 1
+            out = _cpu.decoder_layer(
+                hidden, residual, first, (self.input_norm, self.post_attn_norm), self.eps,
+                (qkv, o, gate_up, down), (attn.num_heads, attn.num_kv_heads, attn.head_dim),
+                positions, self.cos_sin_cache, kv_cache, meta, attn.scale, threads)
+            return out, residual
         raw = act is not None
         hidden, residual = self._add_norm(hidden, self.input_norm, residual, act)
         hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o), act)
@@ -66,6 +77,13 @@ class DecoderLayer(nn.Module):
         hidden = kernels.linear(hidden, self.gate_up_weight, gate_up, raw=raw)
         hidden = _cpu.silu_and_mul(hidden, act) if raw else kernels.silu_and_mul(hidden)
         return kernels.linear(hidden, self.down_weight, down, raw=raw), residual
+
+    def _one_call(self, meta: AttentionMetadata, packs: tuple) -> bool:
+        """Whether the layer can run as one C call (``_cpu.decoder_layer``): every projection on
+        Laser's matmul in the same mode, no QKV bias, and chunks the C attention takes."""
+        return (meta.max_query_len <= NATIVE_CHUNK_ROWS and self.attn.qkv_bias is None
+                and all(isinstance(p, _cpu.PackedBF16) and p.split == packs[0].split
+                        for p in packs))
 
     def _native_act(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
                     down: torch.Tensor | None) -> torch.dtype | None:

@@ -43,6 +43,9 @@ SIGNATURES = {
     "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
     "laser_gemm_bf16": (_ptr, _int, _i64, _i64, _ptr, _i64, _ptr, _int, _int),
     "laser_gemm_bf16_supported": (),
+    "laser_decoder_layer": (_ptr, _int, _ptr, _int, _ptr, _ptr, _f32, _ptr, _ptr, _ptr, _ptr,
+                            _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
+                            _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
 }
 RESTYPES = {"laser_gemm_bf16_supported": _int}
 
@@ -253,4 +256,43 @@ def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
     library().laser_gemm_bf16(x.data_ptr(), DTYPES[dtype], num_rows, k, packed.data.data_ptr(),
                               packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
+    return out
+
+
+def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
+                  norms: tuple[torch.Tensor, torch.Tensor], eps: float,
+                  packs: tuple[PackedBF16, ...], heads: tuple[int, int, int],
+                  positions: torch.Tensor, cos_sin: torch.Tensor,
+                  kv_cache: tuple[torch.Tensor, torch.Tensor], meta, scale: float,
+                  threads: int = 1) -> torch.Tensor:
+    """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` on the C kernels
+    and Laser's matmul in one call. ``packs`` are the (qkv, o, gate_up, down) weights, all plain
+    (decode: bfloat16 activations) or all ``split`` (prompt tokens: float32 activations);
+    ``heads`` is (H, KVH, D). ``residual`` (float32) is updated in place; the first layer passes
+    ``x`` itself. Returns the down projection's product, the next layer's ``x``.
+
+    The weights and norms are the model's own (float32, packed once); the tensors that change
+    from step to step are checked here."""
+    act = torch.float32 if packs[0].split else torch.bfloat16
+    _check(x, "x", *_ACTS)
+    _check(residual, "residual", torch.float32)
+    _check(positions, "positions", torch.int64)
+    _check(meta.slot_mapping, "slot_mapping", torch.int64)
+    for t, name in ((meta.block_tables, "block_tables"), (meta.seq_lens, "seq_lens"),
+                    (meta.query_start_loc, "query_start_loc")):
+        _check(t, name, torch.int32)
+    for t, name in ((kv_cache[0], "k_cache"), (kv_cache[1], "v_cache"), (cos_sin, "cos_sin")):
+        _check(t, name, torch.float32)
+    num_tokens, hidden = x.shape
+    num_heads, num_kv_heads, head_dim = heads
+    k_cache, v_cache = kv_cache
+    out = torch.empty((num_tokens, hidden), dtype=act)
+    qsl = None if meta.is_decode_only else meta.query_start_loc.data_ptr()
+    library().laser_decoder_layer(
+        x.data_ptr(), DTYPES[x.dtype], residual.data_ptr(), int(first), norms[0].data_ptr(),
+        norms[1].data_ptr(), eps, *(p.data.data_ptr() for p in packs), DTYPES[act], num_tokens,
+        hidden, num_heads, num_kv_heads, head_dim, packs[3].in_features, positions.data_ptr(),
+        cos_sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), meta.slot_mapping.data_ptr(),
+        k_cache.shape[1], meta.block_tables.data_ptr(), meta.block_tables.shape[1],
+        meta.seq_lens.data_ptr(), qsl, meta.num_seqs, scale, out.data_ptr(), threads)
     return out

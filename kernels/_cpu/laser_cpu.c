@@ -458,3 +458,49 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
     abort(); /* callers check laser_gemm_bf16_supported() */
 #endif
 }
+
+/* ---- a whole decoder layer ------------------------------------------------------------------
+ *
+ * The calls above in the order a Llama layer makes them, on Laser's matmul, so that a layer
+ * costs Python one call instead of about ten (a decode step of SmolLM2 spent 2-3 ms of its
+ * 11-27 ms in those calls' Python: checks, allocations, ctypes argument conversion).
+ * Activations travel in `act` (bfloat16 in decode steps; float32 with split matmuls in steps
+ * with prompt tokens). x: [T, hidden] in x_dtype; residual: float32 [T, hidden], updated in
+ * place (the first layer passes x itself, float32, and first = 1: no add before its first
+ * norm); out: [T, hidden] in act, the down projection's product (the next layer's x).
+ * Weights: laser_pack_bf16 layouts of qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up
+ * [2 I, hidden] and down [hidden, I]. The rest as laser_rope_write_kv and laser_paged_attention
+ * take it. */
+void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
+                         const float *input_norm, const float *post_norm, float eps,
+                         const uint16_t *w_qkv, const uint16_t *w_o, const uint16_t *w_gate_up,
+                         const uint16_t *w_down, int act, int64_t T, int64_t hidden, int64_t H,
+                         int64_t KVH, int64_t D, int64_t I, const int64_t *positions,
+                         const float *cos_sin, float *k_cache, float *v_cache,
+                         const int64_t *slots, int64_t B, const int32_t *block_tables,
+                         int64_t stride, const int32_t *seq_lens, const int32_t *query_start_loc,
+                         int64_t S, float scale, void *out, int threads) {
+    size_t a = elem_size(act);
+    int64_t n_qkv = (H + 2 * KVH) * D, widest = n_qkv > 2 * I ? n_qkv : 2 * I;
+    char *normed = (char *)malloc((size_t)(T * hidden) * a);
+    char *wide = (char *)malloc((size_t)(T * widest) * a); /* qkv, then gate_up */
+    float *q = (float *)malloc((size_t)(T * H * D) * 4);
+    char *attn = (char *)malloc((size_t)(T * H * D) * a);
+    char *proj = (char *)malloc((size_t)(T * (hidden > I ? hidden : I)) * a); /* o, then silu */
+    laser_add_rms_norm(x, x_dtype, first ? NULL : residual, input_norm, eps, T, hidden, normed,
+                       act);
+    laser_gemm_bf16(normed, act, T, hidden, w_qkv, n_qkv, wide, act, threads);
+    laser_rope_write_kv(wide, act, T, H, KVH, D, positions, cos_sin, q, k_cache, v_cache, slots);
+    laser_paged_attention(q, k_cache, v_cache, block_tables, stride, seq_lens, query_start_loc,
+                          S, H, KVH, D, B, scale, attn, act);
+    laser_gemm_bf16(attn, act, T, H * D, w_o, hidden, proj, act, threads);
+    laser_add_rms_norm(proj, act, residual, post_norm, eps, T, hidden, normed, act);
+    laser_gemm_bf16(normed, act, T, hidden, w_gate_up, 2 * I, wide, act, threads);
+    laser_silu_and_mul(wide, act, T, I, proj, act);
+    laser_gemm_bf16(proj, act, T, I, w_down, hidden, out, act, threads);
+    free(proj);
+    free(attn);
+    free(q);
+    free(wide);
+    free(normed);
+}

@@ -144,3 +144,20 @@ def test_the_runner_gives_one_thread_decode_matmuls_to_the_kernel(threads, nativ
         assert exact.split and exact.data is layer.attn.qkv_packed.data
     else:
         assert not isinstance(exact, _cpu.PackedBF16)
+
+
+def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch) -> None:
+    """``_cpu.decoder_layer`` runs the same C calls in the same order as the op-by-op native
+    path: bit for bit the same logits, over prefill chunks (split) and decode steps."""
+    from inference.model.llama import DecoderLayer
+    from tests.kernels.test_model_triton_path import _run, _tiny_model
+
+    model = _tiny_model()
+    assert model.pack_linears(BF16, native_gemm=True)
+    calls = []
+    real = _cpu.decoder_layer
+    monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fused = _run(model, monkeypatch, "auto")
+    assert len(calls) == 3 * len(model.layers)  # every layer of the three steps
+    monkeypatch.setattr(DecoderLayer, "_one_call", lambda self, meta, packs: False)
+    assert torch.equal(_run(model, monkeypatch, "auto"), fused)
