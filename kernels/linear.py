@@ -27,9 +27,6 @@ import torch.nn.functional as F
 from kernels import _cpu
 from kernels.dispatch import backend, use_native
 
-THREADED_ROWS = 64  # Laser's matmul starts threads (torch's count) from this many rows: a
-# prefill's matmuls last long enough to pay for starting them, a decode step's do not
-
 
 def _onednn_ok(device: torch.device, dtype: torch.dtype) -> bool:
     if device.type != "cpu" or backend() == "reference":
@@ -84,8 +81,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = 
     """
     if isinstance(packed, _cpu.PackedBF16):
         raw_out = raw and bias is None and not packed.split
-        threads = torch.get_num_threads() if x.shape[0] >= THREADED_ROWS else 1
-        out = _cpu.gemm_bf16(x, packed, torch.bfloat16 if raw_out else torch.float32, threads)
+        out = _cpu.gemm_bf16(x, packed, torch.bfloat16 if raw_out else torch.float32)
         return out if bias is None else out.add_(bias)
     if packed is not None and x.device.type == "cpu":
         if packed.dtype == weight.dtype:

@@ -8,7 +8,6 @@ from torch import nn
 
 import kernels
 from kernels import _cpu
-from kernels.linear import THREADED_ROWS
 
 from .attention import NATIVE_CHUNK_ROWS, Attention
 from .config import ModelConfig
@@ -30,7 +29,9 @@ class DecoderLayer(nn.Module):
     On a CPU with the C kernels (`kernels.use_native`) and float32 activations and cache, the
     work between the matmuls runs as four C calls instead (`_native_act`): the same math, the
     residual stream updated in place, and with bfloat16-packed weights (mixed precision) the
-    activations handed from one matmul to the next in bfloat16.
+    activations handed from one matmul to the next in bfloat16. With every projection on
+    Laser's own matmul (`one_call`, set by `LlamaModel.pack_linears`) the whole layer is one C
+    call (`_cpu.decoder_layer`) for steps whose chunks the C attention takes.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -44,8 +45,10 @@ class DecoderLayer(nn.Module):
         self.cos_sin_cache: torch.Tensor | None = None  # shared with the model, set by it
         self.gate_up_packed: torch.Tensor | None = None  # see LlamaModel.pack_linears
         self.down_packed: torch.Tensor | None = None
-        # mixed precision: float32 packs (qkv, o, gate_up, down) for steps with prompt tokens
+        # mixed precision: the packs (qkv, o, gate_up, down) for steps with prompt tokens:
+        # float32 ones, or split views of Laser's bfloat16 ones
         self.exact_packs: tuple[torch.Tensor | None, ...] | None = None
+        self.one_call = False  # every projection on Laser's matmul, no QKV bias
 
     def packs(self, meta: AttentionMetadata) -> tuple[torch.Tensor | None, ...]:
         """The packed weights for this step: (qkv, o, gate_up, down). Under mixed precision a
@@ -60,15 +63,14 @@ class DecoderLayer(nn.Module):
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
         qkv, o, gate_up, down = self.packs(meta)
         act = self._native_act(hidden, kv_cache, down)
-        if act is not None and self._one_call(meta, (qkv, o, gate_up, down)):
+        if self.one_call and act is not None and meta.max_query_len <= NATIVE_CHUNK_ROWS:
             first = residual is None
             residual = hidden if first else residual
             attn = self.attn
-            threads = torch.get_num_threads() if hidden.shape[0] >= THREADED_ROWS else 1
             out = _cpu.decoder_layer(
                 hidden, residual, first, (self.input_norm, self.post_attn_norm), self.eps,
                 (qkv, o, gate_up, down), (attn.num_heads, attn.num_kv_heads, attn.head_dim),
-                positions, self.cos_sin_cache, kv_cache, meta, attn.scale, threads)
+                positions, self.cos_sin_cache, kv_cache, meta, attn.scale)
             return out, residual
         raw = act is not None
         hidden, residual = self._add_norm(hidden, self.input_norm, residual, act)
@@ -77,13 +79,6 @@ class DecoderLayer(nn.Module):
         hidden = kernels.linear(hidden, self.gate_up_weight, gate_up, raw=raw)
         hidden = _cpu.silu_and_mul(hidden, act) if raw else kernels.silu_and_mul(hidden)
         return kernels.linear(hidden, self.down_weight, down, raw=raw), residual
-
-    def _one_call(self, meta: AttentionMetadata, packs: tuple) -> bool:
-        """Whether the layer can run as one C call (``_cpu.decoder_layer``): every projection on
-        Laser's matmul in the same mode, no QKV bias, and chunks the C attention takes."""
-        return (meta.max_query_len <= NATIVE_CHUNK_ROWS and self.attn.qkv_bias is None
-                and all(isinstance(p, _cpu.PackedBF16) and p.split == packs[0].split
-                        for p in packs))
 
     def _native_act(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
                     down: torch.Tensor | None) -> torch.dtype | None:
@@ -156,7 +151,9 @@ class LlamaModel(nn.Module):
                           for w in weights)
             attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = packs
             exact = mixed and packs[0] is not None and packs[0].dtype != attn.qkv_weight.dtype
-            if exact and all(isinstance(p, _cpu.PackedBF16) for p in packs):
+            ours = all(isinstance(p, _cpu.PackedBF16) for p in packs)
+            layer.one_call = ours and attn.qkv_bias is None
+            if exact and ours:
                 # Laser's matmul: the same bfloat16 weights, float32 activations split in two
                 layer.exact_packs = tuple(p.split_view() for p in packs)
             else:

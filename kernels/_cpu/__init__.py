@@ -106,6 +106,11 @@ def _check(t: torch.Tensor, name: str, *dtypes: torch.dtype) -> None:
                          f"got {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
 
 
+def _check_all(dtype: torch.dtype, **tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        _check(t, name, dtype)
+
+
 _ACTS = (torch.float32, torch.bfloat16)
 
 
@@ -134,10 +139,8 @@ def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Ten
     write k and v into the caches at ``slots`` (``kernels.write_kv``); returns q ``[T, H, D]``
     float32."""
     _check(qkv, "qkv", *_ACTS)
-    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cos_sin, "cos_sin")):
-        _check(t, name, torch.float32)
-    _check(positions, "positions", torch.int64)
-    _check(slots, "slots", torch.int64)
+    _check_all(torch.float32, k_cache=k_cache, v_cache=v_cache, cos_sin=cos_sin)
+    _check_all(torch.int64, positions=positions, slots=slots)
     num_tokens = qkv.shape[0]
     _, _, num_kv_heads, head_dim = k_cache.shape
     if qkv.shape[1] != (num_heads + 2 * num_kv_heads) * head_dim:
@@ -160,10 +163,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     ``kernels.paged_decode_attention``'s (one row per sequence); the result ``[T, H, D]`` in
     ``out_dtype``. Each query row is a decode-style pass over its keys: the quadratic work of
     a long prompt belongs to SDPA (``Attention.forward`` sends only short chunks here)."""
-    for t, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
-        _check(t, name, torch.float32)
-    _check(block_tables, "block_tables", torch.int32)
-    _check(seq_lens, "seq_lens", torch.int32)
+    _check_all(torch.float32, q=q, k_cache=k_cache, v_cache=v_cache)
+    _check_all(torch.int32, block_tables=block_tables, seq_lens=seq_lens)
     num_rows, num_heads, head_dim = q.shape
     num_seqs = seq_lens.shape[0]
     if query_start_loc is not None:
@@ -196,6 +197,12 @@ def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
 
 
 GEMM_BLOCK = 32  # outputs per block of the packed layout (laser_cpu.c)
+THREADED_ROWS = 64  # from this many rows the matmul starts threads (torch's count) for the
+# call: a prefill's matmuls last long enough to pay for starting them, a decode step's do not
+
+
+def _gemm_threads(num_rows: int) -> int:
+    return torch.get_num_threads() if num_rows >= THREADED_ROWS else 1
 
 
 @functools.cache
@@ -242,18 +249,20 @@ def pack_bf16(weight: torch.Tensor) -> PackedBF16:
 
 
 def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
-              threads: int = 1) -> torch.Tensor:
+              threads: int | None = None) -> torch.Tensor:
     """``x`` ``[M, K]`` times the packed weight transposed, summed in float32; ``[M, N]`` in
     ``out_dtype``. A ``split`` weight takes ``x`` as float32 (hi + lo bfloat16 parts); otherwise
     a float32 ``x`` is rounded to bfloat16 first (as oneDNN's matmul does). ``threads`` > 1
-    splits the output blocks over that many threads started for the call."""
-    dtype = torch.float32 if packed.split else torch.bfloat16
+    splits the output blocks over that many threads started for the call (default: torch's
+    count from ``THREADED_ROWS`` rows, else one)."""
+    dtype = packed.dtype
     x = x.to(dtype).contiguous()
     num_rows, k = x.shape
     if k != packed.in_features:
         raise ValueError(f"gemm_bf16: x has {k} features, the weight {packed.in_features}")
     _check(x, "x", dtype)
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
+    threads = _gemm_threads(num_rows) if threads is None else threads
     library().laser_gemm_bf16(x.data_ptr(), DTYPES[dtype], num_rows, k, packed.data.data_ptr(),
                               packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
     return out
@@ -263,8 +272,8 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
                   norms: tuple[torch.Tensor, torch.Tensor], eps: float,
                   packs: tuple[PackedBF16, ...], heads: tuple[int, int, int],
                   positions: torch.Tensor, cos_sin: torch.Tensor,
-                  kv_cache: tuple[torch.Tensor, torch.Tensor], meta, scale: float,
-                  threads: int = 1) -> torch.Tensor:
+                  kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
+                  scale: float) -> torch.Tensor:
     """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` on the C kernels
     and Laser's matmul in one call. ``packs`` are the (qkv, o, gate_up, down) weights, all plain
     (decode: bfloat16 activations) or all ``split`` (prompt tokens: float32 activations);
@@ -273,16 +282,13 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
 
     The weights and norms are the model's own (float32, packed once); the tensors that change
     from step to step are checked here."""
-    act = torch.float32 if packs[0].split else torch.bfloat16
+    act = packs[0].dtype
     _check(x, "x", *_ACTS)
-    _check(residual, "residual", torch.float32)
-    _check(positions, "positions", torch.int64)
-    _check(meta.slot_mapping, "slot_mapping", torch.int64)
-    for t, name in ((meta.block_tables, "block_tables"), (meta.seq_lens, "seq_lens"),
-                    (meta.query_start_loc, "query_start_loc")):
-        _check(t, name, torch.int32)
-    for t, name in ((kv_cache[0], "k_cache"), (kv_cache[1], "v_cache"), (cos_sin, "cos_sin")):
-        _check(t, name, torch.float32)
+    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1],
+               cos_sin=cos_sin)
+    _check_all(torch.int64, positions=positions, slot_mapping=meta.slot_mapping)
+    _check_all(torch.int32, block_tables=meta.block_tables, seq_lens=meta.seq_lens,
+               query_start_loc=meta.query_start_loc)
     num_tokens, hidden = x.shape
     num_heads, num_kv_heads, head_dim = heads
     k_cache, v_cache = kv_cache
@@ -294,5 +300,6 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
         hidden, num_heads, num_kv_heads, head_dim, packs[3].in_features, positions.data_ptr(),
         cos_sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), meta.slot_mapping.data_ptr(),
         k_cache.shape[1], meta.block_tables.data_ptr(), meta.block_tables.shape[1],
-        meta.seq_lens.data_ptr(), qsl, meta.num_seqs, scale, out.data_ptr(), threads)
+        meta.seq_lens.data_ptr(), qsl, meta.num_seqs, scale, out.data_ptr(),
+        _gemm_threads(num_tokens))
     return out

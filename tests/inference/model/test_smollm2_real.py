@@ -64,17 +64,21 @@ def test_capital_of_france_is_paris(ours):
 
 @pytest.mark.skipif(not __import__("kernels").bf16_matmul_supported(),
                     reason="no native bfloat16 matmuls on this CPU")
-def test_bf16_matmuls_keep_the_answer():
-    """The mixed precision (bfloat16 projections in decode steps, float32 prefill and
-    everything else): the same greedy answers as float32, the France prompt included, whose
-    first token is a near-tie when the prefill runs in bfloat16 ("The" 25.36 against "L" 25.27;
-    docs/benchmarks.md, precision section); the first logits within 1 % (the prefill is exact,
-    only the screened head's far tail differs)."""
+@pytest.mark.parametrize("native_gemm", [False, True])
+def test_bf16_matmuls_keep_the_answer(native_gemm):
+    """The mixed precision (bfloat16 projections in decode steps, float32 activations in the
+    prefill and everything else), on oneDNN and on Laser's own matmul (whose prefill rounds the
+    weights only): the same greedy answers as float32, the France prompt included, whose first
+    token is a near-tie when the prefill's activations are rounded ("The" 25.36 against "L"
+    25.27; docs/benchmarks.md, precision section); the first logits within 1 %."""
     from inference.model import AttentionMetadata
+    from kernels import _cpu
 
+    if native_gemm and not _cpu.gemm_supported():
+        pytest.skip("Laser's bfloat16 matmul needs AVX512-BF16")
     exact, mixed = load_model(), load_model()
     exact.model.pack_linears()
-    mixed.model.pack_linears(torch.bfloat16)
+    mixed.model.pack_linears(torch.bfloat16, native_gemm=native_gemm)
     ids = exact.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
     meta = AttentionMetadata.build([list(range(-(-len(ids) // 16)))], [len(ids)], [len(ids)], 16)
     logits = []
