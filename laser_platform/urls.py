@@ -7,6 +7,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("apps.core.urls")),
+    path("", include("apps.web.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.gateway.urls")),
     path("", include("apps.batches.urls")),
