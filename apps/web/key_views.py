@@ -30,7 +30,7 @@ def _page(request: HttpRequest, *, created: ApiKey | None = None, secret: str = 
         "can_manage": can_manage_keys(request.user, tenant),
         "tiers": [(t, label) for t, label in Tier.choices if t in setup.tiers],
         "created": created, "secret": secret, "errors": errors or {},
-        "base_url": base_url, "model": setup.models[0], "form": request.POST,
+        "base_url": base_url, "model": setup.models[0], "form": {} if created else request.POST,
     }
     return render(request, "web/keys.html", context, status=status)
 
