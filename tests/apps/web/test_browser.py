@@ -135,7 +135,7 @@ def _batches(page, tmp_path: Path) -> None:
     assert row.locator(".batch-status").inner_text() == "completed"
     assert row.locator("progress").get_attribute("value") == "100"
     assert "20 done, 0 failed of 20" in row.inner_text()
-    assert 100 in seen and min(seen) < 100, seen
+    assert min(seen) < 100, seen  # the bar moved on the page, without a reload
     _shoot(page, "batches")
     with page.expect_download() as download:
         row.locator("a.output").click()
