@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.gateway.params import served_model_id
+from django.conf import settings
+
 from apps.slo.selectors import contracts_for_tenant
 from apps.tenants.models import Tenant
 from laser_platform.errors import BadRequestError
@@ -33,7 +34,7 @@ def chat_setup(tenant: Tenant) -> ChatSetup:
     default = next((t for t in ("hot", "warm") if t in contracts), tiers[0] if tiers else "warm")
     terms = {t: _terms(contracts[t]) for t in tiers}
     return ChatSetup(tenant=tenant, tiers=tiers, default_tier=default, terms=terms,
-                     models=[served_model_id()])
+                     models=[settings.LASER_SERVED_MODEL_ID])  # what /v1/models lists
 
 
 def _terms(contract: Any) -> dict[str, float]:

@@ -164,6 +164,11 @@ def _phone_and_dashboard(browser, url: str) -> None:
     page = _sign_in(browser, url, "ada", PHONE)
     for name, path in (("chat", "/chat/"), ("keys", "/keys/"), ("batches", "/batches/")):
         page.goto(f"{url}{path}")
+        if path == "/chat/" and os.environ.get("LASER_SCREENSHOTS") == "1":
+            page.wait_for_function("document.getElementById('chat-status').innerText"
+                                   ".startsWith('connected')", timeout=30_000)
+            page.fill("#chat-max-tokens", "16")
+            _chat_turn(page, "Name a colour.", 0)  # a conversation for the picture
         wide = page.evaluate(WIDER_THAN_SCREEN)
         assert not wide, f"{path} is wider than a phone: {wide}"
         _shoot(page, f"{name}-phone")

@@ -83,7 +83,7 @@ def test_chat_offers_only_contracted_tiers(world, tenant_factory, user_factory):
 def test_admin_creates_a_key_shown_once_and_revokes_it(world):
     created = world.admin.post("/keys/create", {"name": "ci", "default_tier": "warm",
                                                 "expires_days": "30"})
-    assert created.status_code == 201
+    assert created.status_code == 201 and "no-store" in created["Cache-Control"]
     html = created.content.decode()
     key = ApiKey.objects.get(tenant=world.a, name="ci")
     assert key.default_tier == "warm" and key.expires_at is not None

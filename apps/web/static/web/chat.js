@@ -37,7 +37,8 @@
   function metric(label, value, target, ok) {
     const span = document.createElement("span");
     span.className = "metric" + (ok === undefined ? "" : ok ? " ok" : " bad");
-    span.textContent = `${label} ${value}` + (target ? ` (${target})` : "");
+    const verdict = ok === undefined ? "" : ok ? ", kept" : ", missed";  // not colour alone
+    span.textContent = `${label} ${value}` + (target ? ` (${target}${verdict})` : "");
     return span;
   }
 
