@@ -26,36 +26,21 @@ if TYPE_CHECKING:  # importing inference.engine loads torch: only when an engine
 
 logger = logging.getLogger(__name__)
 
-BUNDLED_MODEL_NAMES = {"", "smollm2-135m-instruct", "smollm2", "default"}
-
 _lock = threading.Lock()
 _client: EngineClient | None = None
 
 
 def engine_config() -> EngineConfig:
-    """``EngineConfig`` from the Django settings (``inference`` never reads settings itself)."""
+    """``EngineConfig`` from the settings table (``laser_platform/settings/inference.py``);
+    ``inference`` never reads settings or the environment itself."""
     from inference.engine.config import EngineConfig
 
-    model = settings.LASER_MODEL
-    device = settings.LASER_DEVICE
-    if device == "auto":
+    values = dict(settings.LASER_ENGINE_CONFIG)
+    if values["device"] == "auto":
         import torch
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return EngineConfig.from_env(
-        model=None if model.lower() in BUNDLED_MODEL_NAMES else model,
-        device=device,
-        kv_memory_mb=float(settings.LASER_KV_MEMORY_MB),
-        block_size=settings.LASER_KV_BLOCK_SIZE,
-        max_num_seqs=settings.LASER_MAX_NUM_SEQS,
-        max_model_len=settings.LASER_MAX_MODEL_LEN,
-        max_num_batched_tokens=settings.LASER_MAX_BATCH_TOKENS,
-        matmul_dtype=settings.LASER_MATMUL_DTYPE,
-        num_threads=settings.LASER_THREADS,
-        wide_threads=settings.LASER_WIDE_THREADS,
-        policy=settings.LASER_POLICY,
-        overload_ttft_factor=settings.LASER_OVERLOAD_TTFT_FACTOR,
-    )
+        values["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return EngineConfig(**values)
 
 
 def build_async_engine(config: EngineConfig | None = None) -> AsyncEngine:
