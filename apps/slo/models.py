@@ -109,8 +109,9 @@ class SLOContract(ContractTerms):
 
         from apps.slo.validation import validate_contract
 
+        signed = self.current_version.terms() if self.current_version_id else None
         errors = validate_contract(self.terms(), tenant_id=self.tenant_id, tier=self.tier,
-                                   beyond_plan=self.sign_beyond_plan)
+                                   beyond_plan=self.sign_beyond_plan, signed=signed)
         if errors:
             raise ValidationError(errors)
 

@@ -85,6 +85,10 @@ def _outside(value: object, bound: float, kind: str) -> bool:
     return value < bound if kind == "min" else value > bound
 
 
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
 def check_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict[str, str]:
     """Field name → message for every term outside the plan's ``bounds`` (None = unbounded).
 
@@ -98,11 +102,11 @@ def check_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict
         if bound is None or name not in terms or not _outside(terms[name], bound, kind):
             continue
         value = terms[name]
-        shown = "unlimited" if value is None else f"{value:g}{unit}"
+        shown = "unlimited" if value is None else f"{_num(value)}{unit}"
         limit = "at least" if kind == "min" else "at most"
         errors[name] = (
             f"{label} {shown} is outside your plan '{bounds.plan}': its bound "
-            f"'{bound_name}' for {bounds.tier} contracts is {limit} {bound:g}{unit}. "
+            f"'{bound_name}' for {bounds.tier} contracts is {limit} {_num(bound)}{unit}. "
             f"Platform staff can move you to another plan."
         )
     return errors
@@ -121,12 +125,22 @@ def clamp_to_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> d
 
 
 def validate_contract(
-    terms: Mapping[str, object], *, tenant_id: int | None, tier: str, beyond_plan: bool = False
+    terms: Mapping[str, object],
+    *,
+    tenant_id: int | None,
+    tier: str,
+    beyond_plan: bool = False,
+    signed: Mapping[str, object] | None = None,
 ) -> dict[str, str]:
-    """Platform rules, then (unless staff sign ``beyond_plan``) the tenant's plan bounds."""
+    """Platform rules, then (unless staff sign ``beyond_plan``) the tenant's plan bounds.
+
+    ``signed`` are the terms of the version in force: a term left as it was signed (e.g. one
+    platform staff granted beyond the plan) is not re-judged; every changed term is.
+    """
     errors = validate_terms(terms)
     if beyond_plan or tenant_id is None or not tier:
         return errors
     bounds = tier_bounds(tenant_id, tier)
-    sound = {k: v for k, v in terms.items() if k not in errors}
-    return {**errors, **check_bounds(sound, bounds)}
+    changed = {k: v for k, v in terms.items()
+               if k not in errors and (signed is None or signed.get(k) != v)}
+    return {**errors, **check_bounds(changed, bounds)}
