@@ -43,8 +43,9 @@ def contract_save(
     """Validate and save ``contract``; when its terms changed, freeze them as a new version.
 
     Terms must be what the platform can honour and, unless ``beyond_plan`` (platform staff
-    only), changed terms must lie within the tenant's plan bounds. Versions are never edited: history stays exactly
-    what earlier requests were measured against. Raises ``ValidationError`` per field.
+    only), changed terms must lie within the tenant's plan bounds. Versions are never edited:
+    history stays exactly what earlier requests were measured against. Raises
+    ``ValidationError`` per field.
     """
     signed = contract.current_version.terms() if contract.current_version_id else None
     errors = validate_contract(contract.terms(), tenant_id=contract.tenant_id, tier=contract.tier,
