@@ -145,6 +145,8 @@ def post(url: str, payload: dict, *, timeout: float | None = None) -> Delivery:
             response = pool.urlopen("POST", dest.target, body=json.dumps(payload).encode(),
                                     headers=headers, redirect=False, retries=False,
                                     assert_same_host=False)
+    except urllib3.exceptions.NewConnectionError:  # a subclass of the timeout error
+        return Delivery(False, f"failed: {CONNECTION}", retry=True)
     except urllib3.exceptions.TimeoutError:
         return Delivery(False, f"failed: {TIMEOUT}", retry=True)
     except urllib3.exceptions.SSLError:

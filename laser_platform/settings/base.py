@@ -71,10 +71,7 @@ AXES_FAILURE_LIMIT: int = env("LASER_LOGIN_FAILURE_LIMIT", 5, int)
 AXES_COOLOFF_TIME = timedelta(minutes=env("LASER_LOGIN_LOCKOUT_MINUTES", 60.0, float))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_COOLOFF_MESSAGE = (
-    f"Too many failed logins for this account from your address: login is locked for "
-    f"{AXES_COOLOFF_TIME.total_seconds() / 60:g} minutes. Platform staff can unlock it sooner."
-)
+AXES_LOCKOUT_TEMPLATE = "core/login_locked.html"
 
 ROOT_URLCONF = "laser_platform.urls"
 ASGI_APPLICATION = "laser_platform.asgi.application"
