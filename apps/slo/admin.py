@@ -18,6 +18,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
+from apps.slo import webhooks
 from apps.slo.models import (
     AlertSettings,
     BreachAlert,
@@ -148,8 +149,23 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
             raise
 
 
+class AlertSettingsForm(forms.ModelForm):
+    def clean_webhook_url(self) -> str:
+        """Refuse at once what delivery would refuse anyway (checked again at each delivery:
+        where a name points can change)."""
+        url = self.cleaned_data.get("webhook_url") or ""
+        if url:
+            try:
+                webhooks.resolve(url)
+            except webhooks.Refused as refused:
+                if refused.reason != webhooks.NOT_RESOLVED:
+                    raise forms.ValidationError(f"This webhook cannot be used: {refused.reason}.")
+        return url
+
+
 @admin.register(AlertSettings)
 class AlertSettingsAdmin(TenantScopedAdmin, admin.ModelAdmin):
+    form = AlertSettingsForm
     list_display = ("tenant", "enabled", "webhook_url", "emails")
 
 

@@ -207,3 +207,21 @@ def test_a_breach_is_delivered_by_a_real_celery_worker(serve, tenant_factory):
             time.sleep(0.1)
             alert.refresh_from_db()
     assert alert.webhook_status == "delivered: HTTP 204" and server.hits == 1
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_an_internal_webhook_when_it_is_saved(tenant_factory, user_factory):
+    from django.test import Client
+
+    tenant = tenant_factory()
+    client = Client()
+    client.force_login(user_factory(tenant=tenant, role="admin", is_staff=True))
+    form = {"tenant": tenant.pk, "enabled": "on", "emails": ""}
+    response = client.post("/admin/slo/alertsettings/add/",
+                           {**form, "webhook_url": "http://169.254.169.254/latest/meta-data/"})
+    assert response.status_code == 200
+    assert "destination not allowed" in response.content.decode()
+    response = client.post("/admin/slo/alertsettings/add/",
+                           {**form, "webhook_url": "https://public.test/hook"})
+    assert response.status_code == 302
+    assert AlertSettings.objects.get(tenant=tenant).webhook_url == "https://public.test/hook"

@@ -20,11 +20,13 @@ from tests.apps.gateway.conftest import (  # noqa: F401 (fixtures)
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def test_a_new_tenants_first_key_answers_a_chat(laser_server, tiny_engine):
+def test_a_new_tenants_first_key_answers_a_chat(request):
+    server = request.getfixturevalue("laser_server")  # the gateway tests' live server
+    request.getfixturevalue("tiny_engine")  # ... serving the tiny model
     call_command("create_tenant", "--name", "Newco", "--slug", "newco", stdout=io.StringIO())
     out = io.StringIO()
     call_command("create_api_key", "--tenant", "newco", stdout=out, stderr=io.StringIO())
-    client = openai.OpenAI(base_url=f"{laser_server.url}/v1", api_key=out.getvalue().strip(),
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=out.getvalue().strip(),
                            max_retries=0, timeout=60)
     for tier in (None, "priority", "warm"):
         extra = {} if tier is None else {"service_tier": tier}
