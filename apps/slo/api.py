@@ -1,13 +1,18 @@
-"""Read-only SLO API: contracts, fulfilment per window (JSON or CSV), usage per key/tier/day.
+"""SLO API: contracts, fulfilment per window (JSON or CSV), usage per key/tier/day.
 
 Authenticated by API key (scripts) or by session (the dashboard). A tenant sees only its own;
-platform staff see all and may pass ``tenant=<slug>``.
+platform staff see all and may pass ``tenant=<slug>``. Everything is read-only except changing
+a contract's terms (``PATCH /api/slo/contracts/<tier>``), which a tenant admin's session may do
+within the plan's bounds (a new contract version, never an edit of history) and platform staff
+may do for any tenant beyond them. Records, usage, alerts and versions have no write or delete
+endpoint.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework import authentication, serializers
@@ -16,11 +21,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.slo import csv_export, fulfilment, usage, windows
-from apps.slo.access import tenant_ids, tenant_scope
-from apps.slo.selectors import contracts_for_tenant
+from apps.slo.access import is_platform_staff, tenant_ids, tenant_scope
+from apps.slo.models import ContractTerms, SLOContract
+from apps.slo.selectors import contract_for, contracts_for_tenant
+from apps.slo.services import contract_update
 from apps.tenants.authentication import ApiKeyAuthentication
 from apps.tenants.models import Tenant
-from laser_platform.errors import BadRequestError
+from apps.tenants.selectors import user_is_tenant_admin
+from laser_platform.errors import BadRequestError, NotFoundError, PermissionDeniedError
 
 MAX_WINDOWS = 5000
 DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),
@@ -60,6 +68,49 @@ class ContractListApi(_SloApi):
             for snap in contracts_for_tenant(tenant=tenant):
                 data.append({"object": "slo.contract", "tenant": tenant.slug, **snap.as_dict()})
         return Response({"object": "list", "data": data})
+
+
+class ContractUpdateApi(_SloApi):
+    """``PATCH /api/slo/contracts/<tier>`` with some terms: a new version of the contract."""
+
+    def patch(self, request: Request, tier: str) -> Response:
+        if getattr(request.user, "api_key", None) is not None:
+            raise PermissionDeniedError("Contracts are changed by a tenant admin or platform "
+                                        "staff, not with an API key.")
+        staff = is_platform_staff(request.user)
+        if not staff and not user_is_tenant_admin(request.user):
+            raise PermissionDeniedError("Only a tenant admin may change its contracts.")
+        body = dict(request.data) if isinstance(request.data, dict) else {}
+        requested = body.pop("tenant", None)
+        scope = tenant_scope(request.user, str(requested) if requested else None)
+        if scope is None:
+            raise BadRequestError("Platform staff name the tenant: 'tenant': '<slug>'.",
+                                  param="tenant")
+        tenant = scope[0]
+        contract = SLOContract.objects.filter(tenant=tenant, tier=tier).first()
+        if contract is None:
+            raise NotFoundError(f"No {tier!r} contract for tenant '{tenant.slug}'.",
+                                param="tier")
+        terms = body
+        unknown = sorted(set(terms) - set(ContractTerms.TERM_FIELDS))
+        if unknown:
+            raise BadRequestError(f"Unknown contract terms: {unknown}.", param=unknown[0])
+        try:
+            contract_update(contract=contract, created_by=request.user.get_username(),
+                            beyond_plan=staff, **terms)
+        except (ValidationError, TypeError, ValueError) as exc:
+            raise _bad_terms(exc) from None
+        snap = contract_for(tenant=tenant, tier=tier)
+        return Response({"object": "slo.contract", "tenant": tenant.slug, **snap.as_dict()})
+
+
+def _bad_terms(exc: Exception) -> BadRequestError:
+    if isinstance(exc, ValidationError) and hasattr(exc, "message_dict"):
+        errors = exc.message_dict
+        param = next(iter(errors))
+        return BadRequestError(" ".join(m for ms in errors.values() for m in ms), param=param,
+                               code="contract_out_of_bounds")
+    return BadRequestError("Contract terms must be numbers (and 'demotable' a boolean).")
 
 
 class FulfilmentApi(_SloApi):

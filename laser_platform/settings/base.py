@@ -6,6 +6,8 @@ the README lists each variable. ``production.py`` tightens this profile.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from laser_platform.settings._env import BASE_DIR, VAR_DIR, env  # noqa: F401 (settings)
 from laser_platform.settings.celery import *  # noqa: F403
 from laser_platform.settings.channels import *  # noqa: F403
@@ -31,7 +33,7 @@ DJANGO_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
 ]
-THIRD_PARTY_APPS = ["rest_framework", "channels"]
+THIRD_PARTY_APPS = ["rest_framework", "channels", "axes"]
 # Laser's own apps, in dependency order. Add a new app here (one line each).
 LASER_APPS = [
     "apps.core",
@@ -50,7 +52,26 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns django-axes' lockout into the response of any login view.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes) for every login, since every login page (admin, dashboard)
+# goes through django.contrib.auth.authenticate. LASER_LOGIN_FAILURE_LIMIT failed attempts for
+# one username from one IP lock that pair out for LASER_LOGIN_LOCKOUT_MINUTES (429 with the
+# message below); platform staff unlock early by deleting the access attempt in the admin
+# ("Axes" > "Access attempts") or with `manage.py axes_reset_username USERNAME`. The IP is
+# REMOTE_ADDR: behind a proxy, have it pass the client's address (e.g. uvicorn
+# --proxy-headers).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT: int = env("LASER_LOGIN_FAILURE_LIMIT", 5, int)
+AXES_COOLOFF_TIME = timedelta(minutes=env("LASER_LOGIN_LOCKOUT_MINUTES", 60.0, float))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "core/login_locked.html"
 
 ROOT_URLCONF = "laser_platform.urls"
 ASGI_APPLICATION = "laser_platform.asgi.application"
