@@ -101,6 +101,8 @@ LASER_EMBEDDED: bool = env("LASER_EMBEDDED", False, bool)
 LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
 # last_used_at is written at most this often per key, not on every request.
 LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
+# Deepest JSON accepted in a request body or a batch input line (laser_platform/jsonbody.py).
+LASER_MAX_JSON_DEPTH: int = env("LASER_MAX_JSON_DEPTH", 64, int)
 
 LOG_LEVEL: str = env(
     "LOG_LEVEL", "INFO", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
