@@ -43,6 +43,8 @@ LASER_APPS = [
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [
+    # First: every request gets an id, every 500 is logged with its traceback and that id.
+    "laser_platform.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
