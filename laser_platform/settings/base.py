@@ -12,6 +12,7 @@ from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
 from laser_platform.settings.gateway import *  # noqa: F403
 from laser_platform.settings.inference import *  # noqa: F403
+from laser_platform.settings.openapi import *  # noqa: F403
 from laser_platform.settings.slo import *  # noqa: F403
 
 # A fixed key is fine for a laptop; production.py refuses to start without a real one.
@@ -31,7 +32,7 @@ DJANGO_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
 ]
-THIRD_PARTY_APPS = ["rest_framework", "channels"]
+THIRD_PARTY_APPS = ["rest_framework", "channels", "drf_spectacular"]
 # Laser's own apps, in dependency order. Add a new app here (one line each).
 LASER_APPS = [
     "apps.core",
@@ -95,6 +96,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # Process model. LASER_EMBEDDED is switched on by `manage.py serve` (see manage.py) so that
