@@ -35,13 +35,31 @@ DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),
                 "day": dt.timedelta(days=30)}
 
 
+# Times outside these bounds are refused (400): spans and windows are added to them, and a
+# datetime near year 1 or 9999 would overflow there (a 500).
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+OUT_OF_RANGE = "must be between 1970-01-01 and 9000-01-01."
+
+
+def _in_range(value: dt.datetime) -> dt.datetime:
+    try:
+        if EARLIEST <= value <= LATEST:
+            return value
+    except OverflowError:
+        pass
+    raise serializers.ValidationError(OUT_OF_RANGE)
+
+
 class TimeField(serializers.Field):
-    """An ISO 8601 datetime or date (UTC if naive), or Unix seconds."""
+    """An ISO 8601 datetime or date (UTC if naive), or Unix seconds, within the bounds above."""
 
     def to_internal_value(self, data: object) -> dt.datetime:
         text = str(data).strip()
         try:
             value = dt.datetime.fromtimestamp(float(text), tz=dt.UTC)
+        except (OverflowError, OSError):  # inf, 1e300: a number, but no time
+            raise serializers.ValidationError(OUT_OF_RANGE) from None
         except ValueError:
             try:
                 value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -49,7 +67,16 @@ class TimeField(serializers.Field):
                 raise serializers.ValidationError(
                     "use an ISO 8601 time (2026-01-05T10:00:00Z), a date or Unix seconds."
                 ) from None
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return _in_range(value if value.tzinfo else value.replace(tzinfo=dt.UTC))
+
+
+class DayField(serializers.DateField):
+    """A date within the bounds above."""
+
+    def to_internal_value(self, value: object) -> dt.date:
+        day = super().to_internal_value(value)
+        _in_range(dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC))
+        return day
 
 
 class _SloApi(APIView):
@@ -155,8 +182,8 @@ class FulfilmentCsvApi(FulfilmentApi):
 
 class UsageApi(_SloApi):
     class FilterSerializer(serializers.Serializer):
-        since = serializers.DateField(required=False)
-        until = serializers.DateField(required=False)
+        since = DayField(required=False)
+        until = DayField(required=False)
         tenant = serializers.SlugField(required=False)
 
     def rows(self, request: Request) -> list[dict]:

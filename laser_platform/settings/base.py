@@ -14,6 +14,7 @@ from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
 from laser_platform.settings.gateway import *  # noqa: F403
 from laser_platform.settings.inference import *  # noqa: F403
+from laser_platform.settings.openapi import *  # noqa: F403
 from laser_platform.settings.slo import *  # noqa: F403
 
 # A fixed key is fine for a laptop; production.py refuses to start without a real one.
@@ -33,7 +34,7 @@ DJANGO_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
 ]
-THIRD_PARTY_APPS = ["rest_framework", "channels", "axes"]
+THIRD_PARTY_APPS = ["rest_framework", "channels", "axes", "drf_spectacular"]
 # Laser's own apps, in dependency order. Add a new app here (one line each).
 LASER_APPS = [
     "apps.core",
@@ -45,6 +46,8 @@ LASER_APPS = [
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [
+    # First: every request gets an id, every 500 is logged with its traceback and that id.
+    "laser_platform.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -114,6 +117,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # Process model. LASER_EMBEDDED is switched on by `manage.py serve` (see manage.py) so that
@@ -122,6 +126,8 @@ LASER_EMBEDDED: bool = env("LASER_EMBEDDED", False, bool)
 LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
 # last_used_at is written at most this often per key, not on every request.
 LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
+# Deepest JSON accepted in a request body or a batch input line (laser_platform/jsonbody.py).
+LASER_MAX_JSON_DEPTH: int = env("LASER_MAX_JSON_DEPTH", 64, int)
 
 LOG_LEVEL: str = env(
     "LOG_LEVEL", "INFO", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
