@@ -8,7 +8,7 @@ PORT   ?= 8000
 RUN_STAMP  := $(VENV)/.laser-run-deps
 TEST_STAMP := $(VENV)/.laser-test-deps
 
-.PHONY: run test lint migrate clean
+.PHONY: run test lint typecheck migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,11 @@ run: migrate
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
-test: lint
+# mypy over the engine boundary and the gateway ([tool.mypy] in pyproject.toml)
+typecheck: $(TEST_STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
 	$(BIN)/pytest
 
 clean:

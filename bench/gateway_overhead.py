@@ -148,21 +148,35 @@ class Recorder:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
-        self.tokenizer = engine.engine.tokenizer
         self.times: dict[str, list[float]] = defaultdict(list)
 
     @property
     def ready(self) -> bool:
         return self.engine.ready
 
+    def start(self) -> None:
+        self.engine.start()
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+    async def encode(self, request: Any) -> list[int]:
+        return await self.engine.encode(request)
+
     async def stats(self) -> Any:
         return await self.engine.stats()
+
+    def stats_now(self) -> Any:
+        return self.engine.stats_now()
+
+    def token_text(self, token_id: int) -> str:
+        return self.engine.token_text(token_id)
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
 
-    async def generate(self, request: Any) -> Any:
-        return self._tap(request.request_id, await self.engine.generate(request))
+    async def generate(self, request: Any, prompt_ids: list[int] | None = None) -> Any:
+        return self._tap(request.request_id, await self.engine.generate(request, prompt_ids))
 
     async def _tap(self, request_id: str, stream: Any):
         try:

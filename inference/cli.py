@@ -11,7 +11,10 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from inference.engine import EngineConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,8 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=None)
     common.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     common.add_argument("--system", default=None, help="system message")
-    common.add_argument("--device", default="cpu")
-    common.add_argument("--kv-memory-mb", type=float, default=64.0)
+    _engine_flags(common)
     gen = sub.add_parser("generate", parents=[common], help="one completion, streamed")
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--raw", action="store_true", help="no chat template: plain completion")
@@ -37,16 +39,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# EngineConfig fields the CLI sets from flags (name, type, help); unset flags keep the engine's
+# defaults. --model is above (it is also the config's model).
+_ENGINE_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("device", str, "cpu or cuda[:N] (default cpu)"),
+    ("dtype", str, "float32, bfloat16 or float16 (default: float32 on CPU)"),
+    ("kv_cache_dtype", str, "dtype of the KV cache"),
+    ("matmul_dtype", str, "CPU matmul mode (auto, float32, bfloat16...; default exact)"),
+    ("kv_memory_mb", float, "KV-cache memory (default 64 here)"),
+    ("block_size", int, "tokens per KV block"),
+    ("max_num_batched_tokens", int, "token budget of one step"),
+    ("max_num_seqs", int, "sequences one step may run"),
+    ("max_model_len", int, "longest prompt + output"),
+    ("num_threads", int, "torch threads of decode steps"),
+    ("wide_threads", int, "torch threads of prefill steps"),
+)
+_CLI_DEFAULTS = {"kv_memory_mb": 64.0}  # one conversation: a small cache loads faster
+
+
+def _engine_flags(parser: argparse.ArgumentParser) -> None:
+    for name, kind, text in _ENGINE_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=text)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine's configuration from the command line's flags (and nothing else)."""
+    from inference.engine import EngineConfig
+
+    values = {name: getattr(args, name) for name, _, _ in _ENGINE_FLAGS}
+    values = {**_CLI_DEFAULTS, **{k: v for k, v in values.items() if v is not None}}
+    return EngineConfig(model=args.model, **values)
+
+
 class _Session:
     """The engine plus the request template shared by both commands."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from inference.engine import EngineConfig, LLMEngine
+        from inference.engine import LLMEngine
         from inference.request import SamplingParams
 
         t0 = time.perf_counter()
-        self.engine = LLMEngine(EngineConfig(model=args.model, device=args.device,
-                                             kv_memory_mb=args.kv_memory_mb))
+        self.engine = LLMEngine(engine_config(args))
         self.load_seconds = time.perf_counter() - t0
         self.sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
                                        top_p=args.top_p, top_k=args.top_k, seed=args.seed,

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from rest_framework.negotiation import BaseContentNegotiation
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +19,7 @@ from apps.batches import services
 from apps.batches.presenters import batch_object, file_object, list_object
 from apps.batches.selectors import batches_list, request_counts_many
 from laser_platform.errors import BadRequestError
+from laser_platform.jsonbody import BoundedJSONParser
 
 
 def _limit(request: Request, default: int, maximum: int) -> int:
@@ -101,7 +102,7 @@ class FileContentApi(APIView):
 
 
 class BatchListCreateApi(APIView):
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get(self, request: Request) -> Response:
         page, has_more = batches_list(tenant=request.user.tenant,
@@ -111,7 +112,9 @@ class BatchListCreateApi(APIView):
         return Response(list_object([batch_object(b, counts[b.pk]) for b in page], has_more))
 
     def post(self, request: Request) -> Response:
-        data = request.data if isinstance(request.data, dict) else {}
+        data = request.data
+        if not isinstance(data, dict):
+            raise BadRequestError("The request body must be a JSON object.", code="invalid_json")
         for name in ("input_file_id", "endpoint", "completion_window"):
             if data.get(name) in (None, ""):
                 raise BadRequestError(f"'{name}' is required.", param=name,

@@ -18,7 +18,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
@@ -35,6 +35,9 @@ from apps.slo.reporting import tbt_stats
 from apps.slo.selectors import contract_for
 from inference.errors import AdmissionRefused, EngineError, EngineUnavailable
 from laser_platform.errors import APIError
+
+if TYPE_CHECKING:
+    from inference.engine.client import EngineClient
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class ChunkResult:
 class ChunkRunner:
     """Runs ``lines`` of ``batch`` through ``client`` (an ``EngineClient``)."""
 
-    def __init__(self, batch: Batch, lines: list[BatchLine], client: Any) -> None:
+    def __init__(self, batch: Batch, lines: list[BatchLine], client: EngineClient) -> None:
         self.batch, self.client = batch, client
         self.todo: deque[tuple[float, BatchLine]] = deque((0.0, x) for x in lines)
         self.inflight: dict[asyncio.Task, BatchLine] = {}
@@ -196,7 +199,8 @@ class ChunkRunner:
             report_line(self.batch, line, outcome=outcome, error_code=str(error.code or ""))
 
 
-def chunk_run(*, batch_id: int, first: int, last: int, client: Any = None) -> ChunkResult:
+def chunk_run(*, batch_id: int, first: int, last: int,
+              client: EngineClient | None = None) -> ChunkResult:
     """Run the pending lines numbered ``first..last`` of a running batch (the chunk task)."""
     batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
     if batch is None or batch.status not in RUNNING_STATUSES:

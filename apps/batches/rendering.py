@@ -6,7 +6,7 @@ ask for a length), as ``apps.gateway.pipeline`` does."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apps.gateway.collect import Completion
 from apps.gateway.errors import api_error
@@ -15,8 +15,11 @@ from apps.gateway.responses import completion_body
 from inference.errors import PromptTooLong
 from laser_platform.errors import APIError
 
+if TYPE_CHECKING:
+    from inference.engine.client import EngineClient
 
-async def run_parsed(parsed: ParsedRequest, client: Any) -> Completion:
+
+async def run_parsed(parsed: ParsedRequest, client: EngineClient) -> Completion:
     """Run ``parsed`` to its end on ``client``; engine errors propagate unchanged."""
     from apps.gateway.engine import complete
 
@@ -31,11 +34,9 @@ async def run_parsed(parsed: ParsedRequest, client: Any) -> Completion:
         return await complete(request, client)
 
 
-def response_body(parsed: ParsedRequest, completion: Completion, client: Any) -> dict:
+def response_body(parsed: ParsedRequest, completion: Completion, client: EngineClient) -> dict:
     """The ``chat.completion`` / ``text_completion`` object the live endpoint would answer."""
-    from apps.gateway.pipeline import token_text_for
-
-    return completion_body(parsed, completion, token_text_for(client))
+    return completion_body(parsed, completion, client.token_text)
 
 
 def error_for(exc: BaseException, body: dict) -> APIError:

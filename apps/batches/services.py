@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.batches import dispatch
@@ -53,12 +53,12 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
     promise, bad metadata; 404 for an input file the tenant does not have.
     """
-    if endpoint not in ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise BadRequestError(f"'endpoint' must be one of {sorted(ENDPOINTS)}.",
                               param="endpoint", code="invalid_value")
     if not isinstance(input_file_id, str) or not input_file_id:
-        raise BadRequestError("'input_file_id' is required.", param="input_file_id",
-                              code="missing_required_parameter")
+        raise BadRequestError("'input_file_id' must be a file id string (such as "
+                              "'file-abc123').", param="input_file_id", code="invalid_type")
     input_file = file_get(tenant=tenant, file_id=input_file_id)
     if input_file.purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError("The input file must have purpose 'batch'.",
@@ -121,8 +121,16 @@ def batch_validate(*, batch_id: int) -> Batch | None:
         why = "The input file was deleted." if content is None else "No cold contract."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
-    result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
-                            api_key=batch.api_key, contract=contract)
+    try:
+        result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
+                                api_key=batch.api_key, contract=contract)
+    except DatabaseError:
+        raise  # transient: the task fails and the sweep re-dispatches the batch
+    except Exception:  # a bug must fail the batch visibly, not leave it validating for a day
+        logger.exception("validating batch %s failed", batch.uid)
+        return _fail(batch, [{"code": "invalid_file", "message": "The input file could not be "
+                              "validated (a server error, logged).", "param": None,
+                              "line": None}])
     if not result.ok:
         return _fail(batch, result.errors)
     return _start(batch, result.lines)

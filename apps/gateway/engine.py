@@ -9,90 +9,73 @@ channel layer. Both satisfy ``inference.engine.client.EngineClient``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from apps.gateway.collect import Collector, Completion
-from inference.request import Delta, EngineRequest
+from inference.request import EngineRequest
+
+if TYPE_CHECKING:  # importing inference.engine loads torch: only when an engine is built
+    from inference.engine.async_engine import AsyncEngine
+    from inference.engine.client import DeltaStreamProtocol, EngineClient
+    from inference.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 
-BUNDLED_MODEL_NAMES = {"", "smollm2-135m-instruct", "smollm2", "default"}
-
 _lock = threading.Lock()
-_client: Any = None
+_client: EngineClient | None = None
 
 
-def engine_config() -> Any:
-    """``EngineConfig`` from the Django settings (``inference`` never reads settings itself)."""
+def engine_config() -> EngineConfig:
+    """``EngineConfig`` from the settings table (``laser_platform/settings/inference.py``);
+    ``inference`` never reads settings or the environment itself."""
     from inference.engine.config import EngineConfig
 
-    model = settings.LASER_MODEL
-    device = settings.LASER_DEVICE
-    if device == "auto":
+    values = dict(settings.LASER_ENGINE_CONFIG)
+    if values["device"] == "auto":
         import torch
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return EngineConfig.from_env(
-        model=None if model.lower() in BUNDLED_MODEL_NAMES else model,
-        device=device,
-        kv_memory_mb=float(settings.LASER_KV_MEMORY_MB),
-        block_size=settings.LASER_KV_BLOCK_SIZE,
-        max_num_seqs=settings.LASER_MAX_NUM_SEQS,
-        max_model_len=settings.LASER_MAX_MODEL_LEN,
-        max_num_batched_tokens=settings.LASER_MAX_BATCH_TOKENS,
-        matmul_dtype=settings.LASER_MATMUL_DTYPE,
-        num_threads=settings.LASER_THREADS,
-        wide_threads=settings.LASER_WIDE_THREADS,
-        policy=settings.LASER_POLICY,
-        overload_ttft_factor=settings.LASER_OVERLOAD_TTFT_FACTOR,
-    )
+        values["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return EngineConfig(**values)
 
 
-def build_async_engine(config: Any = None) -> Any:
+def build_async_engine(config: EngineConfig | None = None) -> AsyncEngine:
     """A new, not yet started ``AsyncEngine`` (embedded mode, and each ``run_engine`` worker)."""
     from inference.engine.async_engine import AsyncEngine
 
-    config = config if config is not None else engine_config()
-    factory = getattr(AsyncEngine, "from_config", None)
-    return factory(config) if factory is not None else AsyncEngine(config)
+    return AsyncEngine(config if config is not None else engine_config())
 
 
-def _start(client: Any) -> None:
-    start = getattr(client, "start", None)
-    if start is not None and not is_ready(client):
-        start()
+def _new_client() -> EngineClient:
+    if settings.LASER_ENGINE_MODE == "remote":
+        from apps.gateway.remote.client import RemoteEngineClient
+
+        return RemoteEngineClient()
+    return build_async_engine()
 
 
-def is_ready(client: Any) -> bool:
-    ready = getattr(client, "ready", True)
-    return bool(ready() if callable(ready) else ready)
-
-
-def get_engine_client(*, start: bool = True) -> Any:
+def get_engine_client(*, start: bool = True) -> EngineClient:
     """The process's engine client (created on first call; started unless ``start=False``)."""
     global _client
     with _lock:
         if _client is None:
-            if settings.LASER_ENGINE_MODE == "remote":
-                from apps.gateway.remote.client import RemoteEngineClient
-
-                _client = RemoteEngineClient()
-            else:
-                _client = build_async_engine()
+            _client = _new_client()
         client = _client
-        if start:
-            _start(client)
+        if start and not client.ready:
+            client.start()
     return client
 
 
-def set_engine_client(client: Any) -> Any:
+def current_engine_client() -> EngineClient | None:
+    """The process's engine client if one was created here, else None (creates nothing)."""
+    return _client
+
+
+def set_engine_client(client: EngineClient | None) -> EngineClient | None:
     """Install ``client`` as the process's engine client (tests, benchmarks); returns the old."""
     global _client
     with _lock:
@@ -105,44 +88,20 @@ def stop_engine_client() -> None:
     global _client
     with _lock:
         client, _client = _client, None
-    stop = getattr(client, "stop", None)
-    if stop is not None:
-        stop()
+    if client is not None:
+        client.stop()
 
 
-async def open_stream(request: EngineRequest, client: Any = None) -> AsyncIterator[Delta]:
-    """Start ``request`` and return its delta iterator, raising the engine's admission or
-    validation error *now* (so a view can still answer 4xx/503 instead of a broken stream)."""
+async def open_stream(request: EngineRequest, client: EngineClient | None = None,
+                      prompt_ids: list[int] | None = None) -> DeltaStreamProtocol:
+    """Start ``request`` and return its delta stream, raising the engine's admission or
+    validation error *now* (so a view can still answer 4xx/503 instead of a broken stream).
+    Closing the stream (or cancelling its consumer) aborts the request."""
     client = client if client is not None else get_engine_client()
-    iterator = client.generate(request)
-    if inspect.isawaitable(iterator):
-        iterator = await iterator
-    return _guarded(client, iterator, request.request_id)
+    return await client.generate(request, prompt_ids)
 
 
-async def _guarded(client: Any, iterator: Any, request_id: str) -> AsyncIterator[Delta]:
-    finished = False
-    try:
-        async for delta in iterator:
-            yield delta
-        finished = True
-    finally:
-        if not finished:
-            await _close_and_abort(client, iterator, request_id)
-
-
-async def _close_and_abort(client: Any, iterator: Any, request_id: str) -> None:
-    try:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    finally:
-        result = client.abort(request_id)
-        if inspect.isawaitable(result):
-            await result
-
-
-async def complete(request: EngineRequest, client: Any = None) -> Completion:
+async def complete(request: EngineRequest, client: EngineClient | None = None) -> Completion:
     """Run ``request`` to its end and collect every choice, usage, token times and tier changes.
 
     Raises the engine's typed errors (``InvalidParameter``, ``PromptTooLong``,
@@ -150,12 +109,15 @@ async def complete(request: EngineRequest, client: Any = None) -> Completion:
     """
     collector = Collector(request.request_id, request.tier, request.sampling.n,
                           request.arrival_time)
-    iterator = await open_stream(request, client)
-    async for delta in iterator:
-        collector.fold(delta)
+    stream = await open_stream(request, client)
+    try:
+        async for delta in stream:
+            collector.fold(delta)
+    finally:
+        await stream.aclose()  # a no-op once finished; aborts on error or cancellation
     return collector.close()
 
 
-def complete_sync(request: EngineRequest, client: Any = None) -> Completion:
+def complete_sync(request: EngineRequest, client: EngineClient | None = None) -> Completion:
     """``complete`` for synchronous callers (Celery tasks, management commands)."""
     return async_to_sync(complete)(request, client)

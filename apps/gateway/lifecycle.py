@@ -22,9 +22,9 @@ def _stop() -> None:
 
 
 def _ready() -> bool:
-    from apps.gateway.engine import get_engine_client, is_ready
+    from apps.gateway.engine import get_engine_client
 
-    return is_ready(get_engine_client(start=False))
+    return get_engine_client(start=False).ready
 
 
 def install() -> None:

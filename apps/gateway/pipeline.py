@@ -15,9 +15,10 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from apps.gateway import admission, engine, http, sse
 from apps.gateway.collect import Collector, Completion
@@ -36,6 +37,9 @@ from apps.gateway.responses import completion_body
 from inference.errors import PromptTooLong
 from laser_platform.errors import APIError, json_error_response
 
+if TYPE_CHECKING:
+    from inference.engine.client import DeltaStreamProtocol, EngineClient
+
 logger = logging.getLogger(__name__)
 
 PARSERS = {CHAT: parse_chat_request, "completions": parse_completion_request}
@@ -49,7 +53,7 @@ class Served:
 
     parsed: ParsedRequest
     trace: Trace
-    client: Any
+    client: EngineClient
     admission: admission.Admission | None = None
     stream: Any = None
     collector: Collector | None = None
@@ -81,25 +85,15 @@ def error_response(exc: BaseException) -> HttpResponse:
     return json_error_response(api_error(exc))
 
 
-def token_text_for(client: Any):
-    """``token id -> text`` for logprobs, from whatever tokenizer the client can reach."""
-    tokenizer = getattr(client, "tokenizer", None) or getattr(
-        getattr(client, "engine", None), "tokenizer", None)
-    if tokenizer is not None:
-        return lambda token_id: tokenizer.decode([token_id], skip_special_tokens=False)
-    return getattr(client, "token_text", lambda token_id: "")
-
-
-async def _check_engine(client: Any) -> None:
+async def _check_engine(client: EngineClient) -> None:
     now = time.monotonic()
     if now - _stats_cache["at"] > _STATS_TTL_S:
-        stats = client.stats()
-        _stats_cache["stats"] = await stats if asyncio.iscoroutine(stats) else stats
+        _stats_cache["stats"] = await client.stats()
         _stats_cache["at"] = now
     admission.check_engine_capacity(_stats_cache["stats"])
 
 
-async def _open(parsed: ParsedRequest, client: Any):
+async def _open(parsed: ParsedRequest, client: EngineClient) -> DeltaStreamProtocol:
     """Start the engine request; a prompt that leaves less room than the default length gets
     the room it has instead of a 400 (only when the client did not ask for a length)."""
     request = parsed.engine_request
@@ -154,7 +148,7 @@ def _max_key(body: dict) -> str:
         else "max_tokens"
 
 
-async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
+async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
     """Serve one `/v1/chat/completions` or `/v1/completions` request."""
     try:
         served = await _admit(request, endpoint)
@@ -172,7 +166,7 @@ def _headers(served: Served, tier: str) -> dict[str, str]:
 
 
 def _streaming_response(served: Served) -> StreamingHttpResponse:
-    text = token_text_for(served.client)
+    text = served.client.token_text
     response = StreamingHttpResponse(sse.events(served, text), content_type="text/event-stream")
     for name, value in _headers(served, str(served.parsed.tier)).items():
         response[name] = value
@@ -183,6 +177,7 @@ def _streaming_response(served: Served) -> StreamingHttpResponse:
 
 async def _whole_response(served: Served) -> HttpResponse:
     collector = served.collector
+    assert collector is not None and served.stream is not None
     try:
         async for delta in served.stream:
             collector.fold(delta)
@@ -200,5 +195,6 @@ async def _whole_response(served: Served) -> HttpResponse:
                                        type="server_error", code="aborted",
                                        headers={"Retry-After": "1"}))
     result = await served.close(OK)
-    body = completion_body(served.parsed, result, token_text_for(served.client))
+    assert result is not None
+    body = completion_body(served.parsed, result, served.client.token_text)
     return JsonResponse(body, headers=_headers(served, str(result.tier_served)))

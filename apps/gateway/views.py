@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,12 +23,12 @@ _STARTED = int(time.time())
 
 
 @csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     return await pipeline.handle(request, CHAT)
 
 
 @csrf_exempt
-async def completions(request: HttpRequest) -> HttpResponse:
+async def completions(request: HttpRequest) -> HttpResponseBase:
     return await pipeline.handle(request, COMPLETIONS)
 
 

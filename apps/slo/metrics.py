@@ -9,7 +9,6 @@ only by the (sync) view: under ASGI Django runs it on its sync thread, where the
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import hmac
 import logging
@@ -70,40 +69,21 @@ def observe_reports(reports: Iterable[Any]) -> None:
 
 
 def engine_stats() -> dict | None:
-    """The embedded/remote engine's stats as a dict, or None when no engine is up here.
+    """This process's engine client's stats as a dict, or None when no engine is up here.
 
-    Call from a thread without a running event loop (the view's): the remote client's stats are
-    async, and ``async_to_sync`` hops to the server's loop, where the client keeps its channel.
+    ``stats_now()`` is synchronous on every client (the remote one reads the worker registry
+    over its own connection), so this is safe on any thread and never touches an event loop.
     """
-    try:
-        from apps.gateway import engine as gateway_engine
-    except ImportError:
-        return None
-    client = getattr(gateway_engine, "_client", None)
-    if client is None or not gateway_engine.is_ready(client):
-        return None
-    if not hasattr(client, "stats_now") and _in_event_loop():
-        logger.debug("engine stats skipped: /metrics collected on an event loop's thread")
-        return None
-    try:
-        if hasattr(client, "stats_now"):
-            stats = client.stats_now()
-        else:
-            from asgiref.sync import async_to_sync
+    from apps.gateway.engine import current_engine_client
 
-            stats = async_to_sync(client.stats)()
-        return stats.to_dict() if hasattr(stats, "to_dict") else dict(stats)
+    client = current_engine_client()
+    if client is None or not client.ready:
+        return None
+    try:
+        return client.stats_now().to_dict()
     except Exception:
         logger.warning("engine stats unavailable for /metrics", exc_info=True)
         return None
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 class _ScrapeCollector(Collector):

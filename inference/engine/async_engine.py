@@ -9,9 +9,11 @@ any work; closing, cancelling or dropping a stream aborts its request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from inference.errors import EngineUnavailable, InvalidParameter
@@ -19,7 +21,7 @@ from inference.request import Delta, EngineRequest
 
 from .config import EngineConfig
 from .llm_engine import LLMEngine
-from .stats import EngineStats
+from .stats import EngineStats, max_token_bytes
 
 _IDLE_POLL_S = 0.005  # an empty plan with work queued (a policy holding work back): re-check
 
@@ -79,7 +81,7 @@ class DeltaStream:
             self._finalizer.detach()
             self._engine._abort_now(self.request_id)
 
-    def _push(self, items: list[Delta | BaseException]) -> None:  # on the loop's thread
+    def _push(self, items: Sequence[Delta | BaseException]) -> None:  # on the loop's thread
         for item in items:
             self._queue.put_nowait(item)
 
@@ -108,6 +110,7 @@ class AsyncEngine:
         self._stopping = False
         self._loaded = threading.Event()
         self.error: BaseException | None = None
+        self._prompt_bytes: int | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self, wait: bool = True, timeout: float | None = None) -> None:
@@ -146,11 +149,17 @@ class AsyncEngine:
                 and self._thread is not None and self._thread.is_alive())
 
     # ---- EngineClient --------------------------------------------------------------------
-    async def generate(self, request: EngineRequest) -> DeltaStream:
-        if not self.ready:
-            raise EngineUnavailable("the engine is not ready")
-        engine = self.engine
-        prompt_ids = engine.encode(request)  # raises InvalidParameter / PromptTooLong
+    async def encode(self, request: EngineRequest) -> list[int]:
+        """The prompt's token ids, rendered and tokenised on an executor thread, not the loop."""
+        engine = self._ready_engine()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, engine.encode, request)
+
+    async def generate(self, request: EngineRequest,
+                       prompt_ids: list[int] | None = None) -> DeltaStream:
+        engine = self._ready_engine()
+        if prompt_ids is None:
+            prompt_ids = await self.encode(request)  # InvalidParameter / PromptTooLong
         stream = DeltaStream(self, request.request_id, request.sampling.n,
                              asyncio.get_running_loop())
         with self._cond:
@@ -181,12 +190,34 @@ class AsyncEngine:
 
     def stats_now(self) -> EngineStats:
         """``stats()`` for synchronous callers (any thread)."""
-        if self.engine is None or not self._loaded.is_set():
+        engine = self.engine
+        if engine is None or not self._loaded.is_set():
             return EngineStats(ready=False)
-        s = self.engine.stats()
-        return EngineStats.from_dict({**s.to_dict(), "ready": self.ready})
+        return dataclasses.replace(engine.stats(), ready=self.ready,
+                                   max_model_len=engine.max_model_len,
+                                   max_prompt_bytes=self._max_prompt_bytes(engine))
+
+    def token_text(self, token_id: int) -> str:
+        tokenizer = self.engine.tokenizer if self.engine is not None else None
+        if tokenizer is None:
+            return ""
+        return tokenizer.decode([token_id], skip_special_tokens=False)
 
     # ---- internals -----------------------------------------------------------------------
+    def _ready_engine(self) -> LLMEngine:
+        engine = self.engine
+        if not self.ready or engine is None:
+            raise EngineUnavailable("the engine is not ready")
+        return engine
+
+    def _max_prompt_bytes(self, engine: LLMEngine) -> int:
+        """Bytes past which a prompt can never fit the context: every token holds at most the
+        longest vocabulary entry's bytes. 0 (no bound) without a tokenizer."""
+        if self._prompt_bytes is None:
+            longest = max_token_bytes(engine.tokenizer)
+            self._prompt_bytes = engine.max_model_len * longest if longest else 0
+        return self._prompt_bytes
+
     def _abort_now(self, request_id: str) -> None:
         self._streams.pop(request_id, None)
         if self.engine is not None:
@@ -209,6 +240,7 @@ class AsyncEngine:
 
     def _loop(self) -> None:
         engine = self.engine
+        assert engine is not None  # _run built it
         while True:
             with self._cond:
                 while not self._stopping and not self._has_work():
@@ -224,7 +256,8 @@ class AsyncEngine:
                     self._cond.wait(_IDLE_POLL_S)
 
     def _has_work(self) -> bool:
-        return bool(self._deferred_aborts) or self.engine.has_unfinished()
+        engine = self.engine
+        return bool(self._deferred_aborts) or (engine is not None and engine.has_unfinished())
 
     def _deliver(self, deltas: list[Delta]) -> None:
         by_request: dict[str, list[Delta]] = {}
@@ -236,7 +269,7 @@ class AsyncEngine:
             stream = self._streams.get(request_id)
             if stream is None:
                 continue
-            if not self.engine.is_active(request_id):
+            if self.engine is None or not self.engine.is_active(request_id):
                 self._streams.pop(request_id, None)
             by_loop.setdefault(stream._loop, []).append((stream, items))
         for loop, batch in by_loop.items():
@@ -254,7 +287,7 @@ class AsyncEngine:
             if self.engine is not None:
                 self.engine.abort(request_id)
             try:
-                stream._loop.call_soon_threadsafe(stream._push, [error])
+                stream._loop.call_soon_threadsafe(stream._push, (error,))
             except RuntimeError:
                 pass
 

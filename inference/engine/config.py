@@ -1,22 +1,29 @@
-"""Engine configuration: one frozen value, checked on construction, readable from ``LASER_*``."""
+"""Engine configuration: one frozen value, checked on construction.
+
+``inference/`` reads no environment: the platform builds this value from its settings table
+(``laser_platform/settings/inference.py``, the ``LASER_*`` variables), the CLI from its flags.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from inference.scheduler import SchedulerConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = tuple(_DTYPES)
+# CPU matmul modes (``matmul_dtype``); None is the weights' own dtype.
+MATMUL_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """What the engine loads and how much it may batch.
+
+    The defaults are the platform's (``laser_platform/settings/inference.py``) except where a
+    bare engine has a reason to differ: see that module's docstring.
 
     Attributes:
         model: GGUF file or Hugging Face directory; None is the bundled SmolLM2 GGUF.
@@ -38,7 +45,8 @@ class EngineConfig:
             on CUDA.
         block_size: tokens per KV block.
         kv_memory_mb: KV-cache budget; the number of blocks follows from the model's
-            ``kv_bytes_per_block``.
+            ``kv_bytes_per_block``. 2 GiB holds 64 streams of ~700 tokens of SmolLM2's float32
+            KV (45 KiB a token); the pages are touched only as the cache fills.
         max_num_batched_tokens: token budget of one step (prefill chunks plus decodes).
         max_num_seqs: most sequences running at once.
         max_model_len: longest prompt + output; None is the model's context.
@@ -48,8 +56,8 @@ class EngineConfig:
         max_waiting: queue bound past which requests are refused fast.
         overload_ttft_factor: ``laser`` only: refuse a hot request (503 with Retry-After) when
             its estimated TTFT exceeds this many times its contract's target; None keeps the
-            policy's default (2). The platform serves with 10: a request that will be late
-            anyway is better served late than refused, until the queue is really runaway.
+            policy's own default. 10: a request that will be late anyway is better served
+            late than refused, until the queue is really runaway.
         prefix_caching: reuse cached KV blocks of identical (salted) prefixes.
         num_threads: torch intra-op threads; None uses every core.
         wide_threads: torch threads for a step of at least ``WIDE_STEP_TOKENS`` tokens (a
@@ -66,14 +74,14 @@ class EngineConfig:
     kv_cache_dtype: str | None = None
     matmul_dtype: str | None = None
     block_size: int = 16
-    kv_memory_mb: float = 256.0
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 64
+    kv_memory_mb: float = 2048.0
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
     max_model_len: int | None = None
     long_prefill_chunk: int | None = None
-    policy: str = "fcfs"
+    policy: str = "laser"
     max_waiting: int = 1024
-    overload_ttft_factor: float | None = None
+    overload_ttft_factor: float | None = 10.0
     prefix_caching: bool = True
     num_threads: int | None = None
     wide_threads: int | None = None
@@ -93,8 +101,8 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unset), got {value}")
-        if self.matmul_dtype not in (None, "auto", "float32", "bfloat16"):
-            raise ValueError("matmul_dtype must be auto, float32 or bfloat16, got "
+        if self.matmul_dtype is not None and self.matmul_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got "
                              f"{self.matmul_dtype!r}")
         factor = self.overload_ttft_factor
         if factor is not None and not factor >= 1:
@@ -155,65 +163,3 @@ class EngineConfig:
             long_prefill_chunk=self.long_prefill_chunk or self.max_num_batched_tokens,
             max_waiting=self.max_waiting,
         )
-
-    # ---- environment ---------------------------------------------------------------------
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EngineConfig:
-        """Read ``LASER_*`` variables; unset ones keep their defaults; bad values fail loudly.
-
-        ``LASER_MODEL``, ``LASER_DEVICE``, ``LASER_DTYPE``, ``LASER_KV_CACHE_DTYPE``,
-        ``LASER_MATMUL_DTYPE``,
-        ``LASER_KV_MEMORY_MB``, ``LASER_BLOCK_SIZE``, ``LASER_MAX_BATCHED_TOKENS``,
-        ``LASER_MAX_NUM_SEQS``, ``LASER_MAX_MODEL_LEN``, ``LASER_POLICY``, ``LASER_MAX_WAITING``,
-        ``LASER_OVERLOAD_TTFT_FACTOR``,
-        ``LASER_PREFIX_CACHING``, ``LASER_THREADS``, ``LASER_WIDE_THREADS``. Keyword overrides win
-        over the environment.
-        """
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for var, (name, parse) in _ENV.items():
-            raw = env.get(var, "").strip()
-            if raw:
-                try:
-                    values[name] = parse(raw)
-                except ValueError as exc:
-                    raise ValueError(f"{var}={raw!r}: {exc}") from None
-        known = {f.name for f in fields(cls)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
-        return cls(**{**values, **overrides})
-
-
-def _bool(raw: str) -> bool:
-    low = raw.lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected a boolean (1/0, true/false, yes/no, on/off)")
-
-
-def _str(raw: str) -> str:
-    return raw
-
-
-_ENV: dict[str, tuple[str, Any]] = {
-    "LASER_MODEL": ("model", _str),
-    "LASER_DEVICE": ("device", _str),
-    "LASER_DTYPE": ("dtype", _str),
-    "LASER_KV_CACHE_DTYPE": ("kv_cache_dtype", _str),
-    "LASER_MATMUL_DTYPE": ("matmul_dtype", _str),
-    "LASER_KV_MEMORY_MB": ("kv_memory_mb", float),
-    "LASER_BLOCK_SIZE": ("block_size", int),
-    "LASER_MAX_BATCHED_TOKENS": ("max_num_batched_tokens", int),
-    "LASER_MAX_NUM_SEQS": ("max_num_seqs", int),
-    "LASER_MAX_MODEL_LEN": ("max_model_len", int),
-    "LASER_POLICY": ("policy", _str),
-    "LASER_MAX_WAITING": ("max_waiting", int),
-    "LASER_OVERLOAD_TTFT_FACTOR": ("overload_ttft_factor", float),
-    "LASER_PREFIX_CACHING": ("prefix_caching", _bool),
-    "LASER_THREADS": ("num_threads", int),
-    "LASER_WIDE_THREADS": ("wide_threads", int),
-    "LASER_LAYER_PAUSE": ("layer_pause", _bool),
-}

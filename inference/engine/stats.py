@@ -34,6 +34,8 @@ class EngineStats:
     mean_step_s: float = 0.0
     num_steps: int = 0
     ready: bool = True
+    max_model_len: int = 0  # longest prompt + output the engine takes (0: not known)
+    max_prompt_bytes: int = 0  # a prompt longer than this can never fit (0: no bound known)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +76,15 @@ class StepMeter:
     def _trim(self, now: float) -> None:
         while self._events and self._events[0][0] < now - self.window_s:
             self._events.popleft()
+
+
+def max_token_bytes(tokenizer: Any) -> int:
+    """Bytes of the longest vocabulary entry (byte-level BPE: one character a byte), 0 when
+    there is no tokenizer to ask."""
+    if tokenizer is None:
+        return 0
+    vocab = tokenizer.backend.get_vocab(with_added_tokens=True)
+    return max((len(token.encode()) for token in vocab), default=0)
 
 
 def kv_fragmentation(scheduler: Scheduler) -> float:

@@ -1,44 +1,122 @@
-"""Engine settings. Read by the web side and passed to ``inference/`` as plain values
-(``inference/`` never imports Django settings itself)."""
+"""Engine settings: the one table of the engine's variables (names, defaults, validation).
+
+``LASER_ENGINE_CONFIG`` holds every ``inference.engine.config.EngineConfig`` field; the gateway
+builds the engine's config from it (``apps.gateway.engine.engine_config``) and ``inference/``
+reads no environment itself. The README's configuration table lists exactly these variables
+(tests/laser_platform/test_config_table.py checks both ways).
+
+Defaults are the platform's, chosen for ``make run`` on a CPU; ``EngineConfig``'s own defaults
+are the same wherever the bare engine (CLI, benchmarks) has no reason to differ. On purpose they
+differ in: the model (the bundled one by name here, None there), the device (``auto`` here),
+``LASER_MATMUL_DTYPE`` (``auto`` here, exact float32 there), ``LASER_MAX_MODEL_LEN`` (2,048 here,
+the model's context there) and the thread counts (one core left to the event loop here).
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from laser_platform.settings._env import env
+
+# Names that mean the bundled SmolLM2-135M-Instruct (EngineConfig's model=None).
+BUNDLED_MODEL_NAMES = ("", "smollm2-135m-instruct", "smollm2", "default")
+# The engine's accepted values (inference/engine/config.py: DTYPES, MATMUL_DTYPES and the
+# scheduler's POLICIES); tests/apps/gateway/test_engine_config.py keeps the two lists equal.
+DTYPES = ("float32", "bfloat16", "float16")
+MATMUL_DTYPES = ("auto", "float32", "bfloat16")
+POLICIES = ("laser", "priority", "partitioned", "fcfs")
+
+
+def count(raw: str) -> int:
+    """A positive integer (``env``'s cast: a bad value names the variable)."""
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def factor(raw: str) -> float:
+    """A number of at least 1."""
+    value = float(raw)
+    if not value >= 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+_CORES = len(os.sched_getaffinity(0))
 
 # A name the engine knows (the bundled default) or a path to a GGUF / safetensors checkpoint.
 LASER_MODEL: str = env("LASER_MODEL", "smollm2-135m-instruct")
 # "embedded": the engine runs on a thread of the serving process (the one-command default).
 # "remote": web processes reach engine worker processes over the Redis channel layer.
 LASER_ENGINE_MODE: str = env("LASER_ENGINE_MODE", "embedded", choices=("embedded", "remote"))
+# Name of the channel-layer group engine workers listen on in remote mode.
+LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")
+# "auto": CUDA when torch sees a GPU, else the CPU (resolved when the engine is built).
 LASER_DEVICE: str = env("LASER_DEVICE", "auto", choices=("auto", "cpu", "cuda"))
-LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 256, int)
-LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, int)
-LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 32, int)
-LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, int)
-LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, int)
-# Torch threads of the engine's decode steps: every core but one, which the event loop (HTTP,
-# SSE, WebSocket) keeps. OpenMP threads that lose their core to the serving loop stall every
-# short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
-# with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
-LASER_THREADS: int = env("LASER_THREADS", max(1, len(os.sched_getaffinity(0)) - 1), int)
-# Torch threads for wide steps (128 tokens and more: prefills): every core. Their matmuls are
-# long enough that the event loop's short turns on a core cost little, and a second thread made
-# a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
-LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", len(os.sched_getaffinity(0)), int)
+# Weights and activations; unset: float32 on CPU (bfloat16 changes SmolLM2's greedy answers,
+# docs/benchmarks.md), bfloat16 on CUDA.
+LASER_DTYPE: str | None = env("LASER_DTYPE", None, choices=DTYPES)
+# The paged KV cache; unset: float32 on CPU (its attention computes in float32), else LASER_DTYPE.
+LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTYPES)
 # CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
 # native bfloat16 units in decode steps (prefills stay float32), 1.3-1.5x faster decode with
 # float32's greedy answers in bench/cpu_precision.py; "float32" is the exact mode (equal to
 # transformers); docs/engine.md.
-LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto",
-                              choices=("auto", "float32", "bfloat16"))
+LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
+# KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
+# 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens). Pages are touched only as they fill.
+LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)
+LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, count)
+# Sequences one step may run: one key can hold 64 streams with room for a second tenant.
+LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 128, count)
+# Longest prompt + output; unset would be the model's context (8,192 for SmolLM2).
+LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, count)
+# Token budget of one step (prefill chunks plus decodes).
+LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, count)
+# Most prompt tokens one sequence advances per step; unset: the whole step budget.
+LASER_LONG_PREFILL_CHUNK: int | None = env("LASER_LONG_PREFILL_CHUNK", None, count)
+# Requests the engine queues past which it refuses new ones fast.
+LASER_MAX_WAITING: int = env("LASER_MAX_WAITING", 1024, count)
 # The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
 # borrowing, cold deadline pacing); "priority", "partitioned" and "fcfs" are the baselines.
-LASER_POLICY: str = env("LASER_POLICY", "laser",
-                        choices=("laser", "priority", "partitioned", "fcfs"))
+LASER_POLICY: str = env("LASER_POLICY", "laser", choices=POLICIES)
 # laser: refuse a hot request (503 + Retry-After) only when its estimated time to first token
 # passes this many times its contract's target; below that it is served late, not refused.
-LASER_OVERLOAD_TTFT_FACTOR: float = env("LASER_OVERLOAD_TTFT_FACTOR", 10.0, float)
-# Name of the channel-layer group engine workers listen on in remote mode.
-LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")
+LASER_OVERLOAD_TTFT_FACTOR: float = env("LASER_OVERLOAD_TTFT_FACTOR", 10.0, factor)
+# Reuse the KV blocks of a tenant's identical prompt prefixes.
+LASER_PREFIX_CACHING: bool = env("LASER_PREFIX_CACHING", True, bool)
+# laser: stop a step without hot work between two decoder layers when hot work arrives.
+LASER_LAYER_PAUSE: bool = env("LASER_LAYER_PAUSE", True, bool)
+# Torch threads of the engine's decode steps: every core but one, which the event loop (HTTP,
+# SSE, WebSocket) keeps. OpenMP threads that lose their core to the serving loop stall every
+# short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
+# with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
+LASER_THREADS: int = env("LASER_THREADS", max(1, _CORES - 1), count)
+# Torch threads for wide steps (128 tokens and more: prefills): every core. Their matmuls are
+# long enough that the event loop's short turns on a core cost little, and a second thread made
+# a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
+LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", _CORES, count)
+
+# Every EngineConfig field, from the variables above ("auto" device resolved at build time).
+LASER_ENGINE_CONFIG: dict[str, Any] = {
+    "model": None if LASER_MODEL.lower() in BUNDLED_MODEL_NAMES else LASER_MODEL,
+    "device": LASER_DEVICE,
+    "dtype": LASER_DTYPE,
+    "kv_cache_dtype": LASER_KV_CACHE_DTYPE,
+    "matmul_dtype": LASER_MATMUL_DTYPE,
+    "block_size": LASER_KV_BLOCK_SIZE,
+    "kv_memory_mb": float(LASER_KV_MEMORY_MB),
+    "max_num_batched_tokens": LASER_MAX_BATCH_TOKENS,
+    "max_num_seqs": LASER_MAX_NUM_SEQS,
+    "max_model_len": LASER_MAX_MODEL_LEN,
+    "long_prefill_chunk": LASER_LONG_PREFILL_CHUNK,
+    "policy": LASER_POLICY,
+    "max_waiting": LASER_MAX_WAITING,
+    "overload_ttft_factor": LASER_OVERLOAD_TTFT_FACTOR,
+    "prefix_caching": LASER_PREFIX_CACHING,
+    "num_threads": LASER_THREADS,
+    "wide_threads": LASER_WIDE_THREADS,
+    "layer_pause": LASER_LAYER_PAUSE,
+}

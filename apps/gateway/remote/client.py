@@ -93,36 +93,69 @@ class RemoteEngineClient:
             self._texts[int(token_id)] = text
 
     # ---- EngineClient --------------------------------------------------------------------
+    def start(self) -> None:
+        """Nothing to start here: the workers are processes of their own."""
+
+    def stop(self) -> None:
+        """Nothing to stop here (each event loop's connections close with their loop)."""
+
     @property
     def ready(self) -> bool:
         """At least one live worker (read synchronously, cached for a second)."""
         if time.monotonic() - self._ready_at > 1.0:
             import redis
 
-            if self._sync_redis is None:
-                self._sync_redis = redis.Redis.from_url(settings.LASER_ENGINE_REDIS_URL)
             try:
-                self._ready = bool(registry.live_workers_sync(self._sync_redis))
+                self._ready = bool(registry.live_workers_sync(self._redis_sync()))
             except redis.RedisError:
                 self._ready = False
             self._ready_at = time.monotonic()
         return self._ready
 
-    async def generate(self, request: EngineRequest) -> RemoteStream:
+    async def _pick(self, state: _LoopState, request: EngineRequest,
+                    tried: set[str]) -> registry.WorkerInfo:
+        workers = {k: v for k, v in (await self._workers(state, fresh=bool(tried))).items()
+                   if k not in tried}
+        worker = registry.pick(workers, request.session_id, self._outstanding)
+        if worker is None:
+            raise EngineUnavailable("no engine worker is alive")
+        tried.add(worker.worker_id)
+        return worker
+
+    async def encode(self, request: EngineRequest) -> list[int]:
+        """Tokenised by a worker (the one the request would run on): the web process loads no
+        tokenizer, and its event loop never tokenises."""
+        state = await self._state()
+        reply_id = request.request_id + protocol.ENCODE_SUFFIX
+        tried: set[str] = set()
+        while True:
+            worker = await self._pick(state, request, tried)
+            queue: asyncio.Queue = asyncio.Queue()
+            state.queues[reply_id] = queue
+            try:
+                await state.layer.send(worker.channel, {
+                    "type": protocol.ENCODE, "request": protocol.request_to_wire(request),
+                    "reply": state.reply})
+                message = await _next_message(self, state, worker, queue)
+            except _WorkerGone:
+                continue
+            finally:
+                state.queues.pop(reply_id, None)
+            if message["type"] == protocol.ERROR:
+                raise protocol.error_from_wire(message["error"])
+            return [int(i) for i in message["ids"]]
+
+    async def generate(self, request: EngineRequest,
+                       prompt_ids: list[int] | None = None) -> RemoteStream:
         state = await self._state()
         tried: set[str] = set()
         while True:
-            workers = {k: v for k, v in (await self._workers(state, fresh=bool(tried))).items()
-                       if k not in tried}
-            worker = registry.pick(workers, request.session_id, self._outstanding)
-            if worker is None:
-                raise EngineUnavailable("no engine worker is alive")
-            tried.add(worker.worker_id)
+            worker = await self._pick(state, request, tried)
             queue: asyncio.Queue = asyncio.Queue()
             state.queues[request.request_id] = queue
             await state.layer.send(worker.channel, {
                 "type": protocol.GENERATE, "request": protocol.request_to_wire(request),
-                "reply": state.reply})
+                "prompt_ids": prompt_ids, "reply": state.reply})
             stream = RemoteStream(self, state, worker, request.request_id, queue)
             try:
                 await stream.wait_started()
@@ -145,17 +178,23 @@ class RemoteEngineClient:
 
     async def stats(self) -> EngineStats:
         state = await self._state()
-        workers = await self._workers(state)
-        total: dict[str, Any] = {"ready": bool(workers)}
-        for info in workers.values():
-            for name, value in info.stats.items():
-                if isinstance(value, dict):
-                    bucket = total.setdefault(name, {})
-                    for k, v in value.items():
-                        bucket[k] = bucket.get(k, 0) + v
-                elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                    total[name] = total.get(name, 0) + value
-        return EngineStats.from_dict(total)
+        return _sum_stats(await self._workers(state))
+
+    def stats_now(self) -> EngineStats:
+        """``stats()`` for synchronous callers: the registry read over a sync connection."""
+        import redis
+
+        try:
+            return _sum_stats(registry.live_workers_sync(self._redis_sync()))
+        except redis.RedisError:
+            return EngineStats(ready=False)
+
+    def _redis_sync(self) -> Any:
+        if self._sync_redis is None:
+            import redis
+
+            self._sync_redis = redis.Redis.from_url(settings.LASER_ENGINE_REDIS_URL)
+        return self._sync_redis
 
     def _finished(self, request_id: str) -> None:
         worker = self._owner.pop(request_id, None)
@@ -163,8 +202,39 @@ class RemoteEngineClient:
             self._outstanding[worker.worker_id] -= 1
 
 
+_LIMITS = ("max_model_len", "max_prompt_bytes")  # the same on every worker: kept, not summed
+
+
+def _sum_stats(workers: dict[str, registry.WorkerInfo]) -> EngineStats:
+    """Every live worker's stats added up (counts per tier too)."""
+    total: dict[str, Any] = {"ready": bool(workers)}
+    for info in workers.values():
+        for name, value in info.stats.items():
+            if isinstance(value, dict):
+                bucket = total.setdefault(name, {})
+                for k, v in value.items():
+                    bucket[k] = bucket.get(k, 0) + v
+            elif name in _LIMITS:
+                total[name] = max(total.get(name, 0), value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[name] = total.get(name, 0) + value
+    return EngineStats.from_dict(total)
+
+
 class _WorkerGone(Exception):
     pass
+
+
+async def _next_message(client: RemoteEngineClient, state: _LoopState,
+                        worker: registry.WorkerInfo, queue: asyncio.Queue) -> dict:
+    """The next reply for one request; ``_WorkerGone`` when its worker stops heartbeating."""
+    period = settings.LASER_ENGINE_HEARTBEAT_S
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), timeout=period)
+        except TimeoutError:
+            if not await client.alive(state, worker):
+                raise _WorkerGone() from None
 
 
 class RemoteStream:
@@ -178,13 +248,7 @@ class RemoteStream:
         self._finished = False
 
     async def _next_message(self) -> dict:
-        period = settings.LASER_ENGINE_HEARTBEAT_S
-        while True:
-            try:
-                return await asyncio.wait_for(self.queue.get(), timeout=period)
-            except TimeoutError:
-                if not await self.client.alive(self.state, self.worker):
-                    raise _WorkerGone() from None
+        return await _next_message(self.client, self.state, self.worker, self.queue)
 
     async def wait_started(self) -> None:
         message = await self._next_message()

@@ -1,9 +1,12 @@
 """Wire format between web processes and ``run_engine`` workers (channel layer messages).
 
 Messages are msgpack-able dicts: string keys, lists instead of tuples, no int-keyed maps.
-Worker channel: ``engine.generate`` {request, reply}, ``engine.abort`` {request_id}.
+Worker channel: ``engine.generate`` {request, prompt_ids, reply}, ``engine.abort``
+{request_id}, ``engine.encode`` {request, reply}.
 Reply channel: ``engine.started`` {request_id, worker}, ``engine.deltas`` {request_id,
-deltas, texts}, ``engine.end`` {request_id}, ``engine.error`` {request_id, error}.
+deltas, texts}, ``engine.end`` {request_id}, ``engine.error`` {request_id, error},
+``engine.encoded`` {request_id, ids} (an encode's reply; its request_id carries
+``ENCODE_SUFFIX`` so it never meets the same request's stream).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from inference.request import (
     TierChange,
 )
 
-GENERATE, ABORT = "engine.generate", "engine.abort"
+GENERATE, ABORT, ENCODE = "engine.generate", "engine.abort", "engine.encode"
+ENCODED = "engine.encoded"
+ENCODE_SUFFIX = "#encode"
 STARTED, DELTAS, END, ERROR = "engine.started", "engine.deltas", "engine.end", "engine.error"
 
 

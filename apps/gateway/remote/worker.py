@@ -20,6 +20,8 @@ from django.conf import settings
 
 from apps.gateway.remote import protocol, registry
 from apps.gateway.remote.client import make_layer
+from inference.engine.client import EngineClient
+from inference.request import Delta
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +32,7 @@ def default_worker_id() -> str:
 
 
 class EngineWorker:
-    def __init__(self, engine: Any, worker_id: str | None = None) -> None:
+    def __init__(self, engine: EngineClient, worker_id: str | None = None) -> None:
         self.engine = engine
         self.worker_id = worker_id or default_worker_id()
         self.channel = f"{settings.LASER_ENGINE_CHANNEL}.{self.worker_id}"
@@ -75,6 +77,9 @@ class EngineWorker:
             if kind == protocol.GENERATE:
                 request_id = message["request"]["request_id"]
                 self.tasks[request_id] = asyncio.create_task(self._serve(message))
+            elif kind == protocol.ENCODE:
+                request_id = message["request"]["request_id"] + protocol.ENCODE_SUFFIX
+                self.tasks[request_id] = asyncio.create_task(self._encode(message, request_id))
             elif kind == protocol.ABORT:
                 task = self.tasks.get(message.get("request_id", ""))
                 if task is not None:
@@ -83,20 +88,31 @@ class EngineWorker:
     async def _send(self, reply: str, message: dict) -> None:
         await self.layer.send(reply, message)
 
-    def _texts(self, delta: Any) -> list:
-        tokenizer = getattr(self.engine.engine, "tokenizer", None)
-        if tokenizer is None:
-            return []
+    def _texts(self, delta: Delta) -> list:
         ids = set(delta.token_ids)
         for top in delta.top_logprobs or ():
             ids.update(top)
-        return [[i, tokenizer.decode([i], skip_special_tokens=False)] for i in ids]
+        return [[i, self.engine.token_text(i)] for i in ids]
+
+    async def _encode(self, message: dict, reply_id: str) -> None:
+        reply = message["reply"]
+        answer: dict[str, Any]
+        try:
+            ids = await self.engine.encode(protocol.request_from_wire(message["request"]))
+            answer = {"type": protocol.ENCODED, "request_id": reply_id, "ids": ids}
+        except Exception as exc:
+            answer = {"type": protocol.ERROR, "request_id": reply_id,
+                      "error": protocol.error_to_wire(exc)}
+        try:
+            await self._send(reply, answer)
+        finally:
+            self.tasks.pop(reply_id, None)
 
     async def _serve(self, message: dict) -> None:
         reply, request_id = message["reply"], message["request"]["request_id"]
         try:
             request = protocol.request_from_wire(message["request"])
-            stream = await self.engine.generate(request)
+            stream = await self.engine.generate(request, message.get("prompt_ids"))
         except Exception as exc:
             await self._send(reply, {"type": protocol.ERROR, "request_id": request_id,
                                      "error": protocol.error_to_wire(exc)})

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from inference.engine.stats import EngineStats
 from inference.request import Delta, EngineRequest
 
 
@@ -75,7 +76,20 @@ class FakeEngine:
             return "echo: " + request.messages[-1]["content"]
         return "echo: " + (request.prompt or "")
 
-    async def generate(self, request: EngineRequest) -> FakeStream:
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    async def encode(self, request: EngineRequest) -> list[int]:
+        return list(range(7))
+
+    def token_text(self, token_id: int) -> str:
+        return ""
+
+    async def generate(self, request: EngineRequest,
+                       prompt_ids: list[int] | None = None) -> FakeStream:
         problem = self.refuse(request) if self.refuse else None
         if problem is not None:
             raise problem
@@ -92,5 +106,8 @@ class FakeEngine:
         if stream is not None:
             stream.loop.call_soon_threadsafe(stream.aborted.set)
 
-    async def stats(self) -> dict:
-        return {"running": len(self._streams)}
+    async def stats(self) -> EngineStats:
+        return self.stats_now()
+
+    def stats_now(self) -> EngineStats:
+        return EngineStats(running={"cold": len(self._streams)}, max_model_len=2048)

@@ -1,45 +1,93 @@
-"""A scripted stand-in for the ``EngineClient`` protocol, for unit tests of framing and
-bookkeeping only (the evidence tests run the real AsyncEngine)."""
+"""A scripted ``EngineClient`` for unit tests of framing and bookkeeping only (the evidence
+tests run the real AsyncEngine). mypy checks it against the protocol (``_check`` below)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
+from inference.engine.client import EngineClient
+from inference.engine.stats import EngineStats
 from inference.errors import EngineError
 from inference.request import Delta, EngineRequest, Tier, TierChange
+
+
+class FakeStream:
+    """The deltas of one scripted request; closing it before its end aborts it."""
+
+    def __init__(self, engine: FakeEngine, req: EngineRequest) -> None:
+        self.engine, self.req = engine, req
+        self._gen = engine.deltas(req)
+        self.finished = False
+
+    def __aiter__(self) -> FakeStream:
+        return self
+
+    async def __anext__(self) -> Delta:
+        try:
+            return await self._gen.__anext__()
+        except StopAsyncIteration:
+            self.finished = True
+            raise
+        except asyncio.CancelledError:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if not self.finished:
+            self.finished = True
+            await self._gen.aclose()
+            await self.engine.abort(self.req.request_id)
 
 
 class FakeEngine:
     """Emits ``words`` as one delta each per choice; optionally demotes or fails part-way.
 
     ``abort`` records ids; ``fail_before`` raises from ``generate`` before any delta, like the
-    real engine's admission and validation errors.
+    real engine's admission and validation errors; ``waiting`` is what ``stats`` reports queued.
     """
 
     def __init__(self, words=("Hello", " world", "!"), *, delay: float = 0.0,
                  demote_at: int | None = None, fail_at: int | None = None,
-                 fail_before: Exception | None = None) -> None:
+                 fail_before: Exception | None = None, prompt_tokens: int = 5) -> None:
         self.words, self.delay = list(words), delay
         self.demote_at, self.fail_at, self.fail_before = demote_at, fail_at, fail_before
+        self.prompt_tokens = prompt_tokens
         self.aborted: list[str] = []
         self.requests: list[EngineRequest] = []
+        self.waiting = 0
         self.ready = True
 
-    def stats(self) -> dict:
-        return {"waiting": 0, "max_waiting": 100}
+    def start(self) -> None:
+        pass
 
-    def abort(self, request_id: str) -> None:
-        self.aborted.append(request_id)
+    def stop(self) -> None:
+        pass
 
-    def generate(self, req: EngineRequest) -> AsyncIterator[Delta]:
+    async def encode(self, request: EngineRequest) -> list[int]:
+        return list(range(self.prompt_tokens))
+
+    async def generate(self, request: EngineRequest,
+                       prompt_ids: list[int] | None = None) -> FakeStream:
         if self.fail_before is not None:
             raise self.fail_before
-        self.requests.append(req)
-        return self._run(req)
+        self.requests.append(request)
+        return FakeStream(self, request)
 
-    async def _run(self, req: EngineRequest) -> AsyncIterator[Delta]:
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    async def stats(self) -> EngineStats:
+        return self.stats_now()
+
+    def stats_now(self) -> EngineStats:
+        return EngineStats(waiting={"hot": self.waiting}, max_model_len=2048)
+
+    def token_text(self, token_id: int) -> str:
+        return f"<{token_id}>"
+
+    async def deltas(self, req: EngineRequest) -> AsyncGenerator[Delta]:
         tier = req.tier
         for i, word in enumerate(self.words):
             if self.delay:
@@ -57,4 +105,9 @@ class FakeEngine:
                             top_logprobs=({100 + i: -0.5, 7: -1.5},)
                             if req.sampling.top_logprobs else None,
                             finish_reason="stop" if last else None, tier_change=change,
-                            prompt_tokens=5, completion_tokens=i + 1, cached_tokens=0)
+                            prompt_tokens=self.prompt_tokens, completion_tokens=i + 1,
+                            cached_tokens=0)
+
+
+def _check(engine: FakeEngine) -> EngineClient:
+    return engine  # mypy: FakeEngine implements the protocol exactly

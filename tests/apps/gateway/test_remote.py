@@ -58,18 +58,7 @@ def test_sticky_routing_moves_only_a_dead_workers_sessions():
     assert registry.pick(workers, None, {"a": 3}).worker_id == "c"
 
 
-class AsyncFake(FakeEngine):
-    """The scripted engine with the AsyncEngine surface the worker uses."""
-
-    engine = None
-
-    async def generate(self, req):  # type: ignore[override]
-        return super().generate(req)
-
-    def stats_now(self):
-        from inference.engine.stats import EngineStats
-
-        return EngineStats(waiting={"hot": 0})
+AsyncFake = FakeEngine  # the worker serves any EngineClient
 
 
 @pytest.fixture
@@ -129,6 +118,9 @@ async def test_remote_client_streams_and_a_dead_worker_interrupts(engine_redis):
     result = await complete(_req("t1", session), client)
     result2 = await complete(_req("t2", session), client)
     assert result.text == result2.text == ("a" * 40 if owner == "wa" else "bb")
+    # Tokenising happens on a worker (the web process holds no tokenizer); stats read sync.
+    assert await client.encode(_req("t3", session)) == [0, 1, 2, 3, 4]
+    assert client.stats_now().max_model_len == 2048 and client.stats_now().ready
 
     # Kill worker A mid-stream: cancelling run() stops its requests and its heartbeat, as a
     # crash would; its registry key then expires.

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apps.slo import metrics
 from apps.slo.services import contract_create, flush_reports, report_request
+from inference.engine.stats import EngineStats
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +74,7 @@ def test_engine_gauges_come_from_the_engine_client(monkeypatch, settings):
 
 
 def test_no_engine_in_this_process_means_not_ready(settings, monkeypatch):
-    monkeypatch.setattr("apps.gateway.engine._client", None, raising=False)
+    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: None)
     settings.LASER_METRICS_TOKEN = "t"
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
     assert _sample(text, "laser_engine_ready") == 0
@@ -81,16 +82,16 @@ def test_no_engine_in_this_process_means_not_ready(settings, monkeypatch):
 
 
 class _RemoteStub:
-    """The remote client's shape: ``ready`` and an async ``stats()``, no ``stats_now()``."""
+    """The part of an ``EngineClient`` the metrics read: ``ready`` and ``stats_now()``."""
 
     ready = True
 
     def __init__(self, stats: dict) -> None:
         self._stats, self.calls = stats, 0
 
-    async def stats(self) -> dict:
+    def stats_now(self) -> EngineStats:
         self.calls += 1
-        return self._stats
+        return EngineStats.from_dict(self._stats)
 
 
 _STATS = {"running": {"hot": 1}, "waiting": {"cold": 2}, "kv_usage": 0.5, "num_preemptions": 4,
@@ -102,7 +103,7 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
     # The first ASGI request imports this module while resolving its URL, on the server's loop:
     # registering there must not scrape (ORM: SynchronousOnlyOperation; AsyncToSync: RuntimeError).
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.engine._client", stub, raising=False)
+    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: stub)
     registry = CollectorRegistry(auto_describe=True)
     with caplog.at_level(logging.DEBUG, logger="apps.slo.metrics"):
         registry.register(metrics._ScrapeCollector())
@@ -117,7 +118,7 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
 async def test_metrics_over_asgi_with_a_remote_engine_log_no_error(monkeypatch, settings, caplog):
     settings.LASER_METRICS_TOKEN = "t"
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.engine._client", stub, raising=False)
+    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: stub)
     with caplog.at_level(logging.WARNING):
         response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer t"})
     assert response.status_code == 200

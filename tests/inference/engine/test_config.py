@@ -1,10 +1,12 @@
-"""EngineConfig: invariants checked on construction, LASER_* variables read loudly."""
+"""EngineConfig: invariants checked on construction; no environment read (the platform's
+settings table and the CLI's flags build it)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from inference.cli import _parser, engine_config
 from inference.engine.config import EngineConfig
 
 
@@ -14,10 +16,12 @@ def test_defaults_are_exact_float32_on_cpu():
         torch.float32, torch.float32, None)
 
 
-@pytest.mark.parametrize("value, expected", [("bfloat16", torch.bfloat16), ("float32", None)])
-def test_matmul_dtype_from_the_environment(value, expected):
-    cfg = EngineConfig.from_env({"LASER_MATMUL_DTYPE": value})
-    assert cfg.matmul_dtype == value and cfg.torch_matmul_dtype == expected
+def test_the_environment_is_not_read(monkeypatch):
+    monkeypatch.setenv("LASER_MATMUL_DTYPE", "bfloat16")
+    monkeypatch.setenv("LASER_MAX_NUM_SEQS", "3")
+    cfg = EngineConfig()
+    assert cfg.matmul_dtype is None and cfg.max_num_seqs == 128
+    assert not hasattr(EngineConfig, "from_env")
 
 
 def test_matmul_dtype_is_a_cpu_setting():
@@ -35,7 +39,7 @@ def test_auto_matmul_dtype_follows_the_cpu(monkeypatch):
     assert EngineConfig(matmul_dtype="auto", dtype="bfloat16").torch_matmul_dtype is None
 
 
-@pytest.mark.parametrize("bad", [{"matmul_dtype": "float16"}, {"matmul_dtype": "int8"},
+@pytest.mark.parametrize("bad", [{"matmul_dtype": "float16"}, {"matmul_dtype": "fp8"},
                                  {"dtype": "float64"}, {"block_size": 0},
                                  {"policy": "nope"}, {"overload_ttft_factor": 0.5},
                                  {"max_num_batched_tokens": 64, "long_prefill_chunk": 128}])
@@ -44,15 +48,12 @@ def test_bad_values_fail_on_construction(bad):
         EngineConfig(**bad)
 
 
-def test_bad_environment_names_the_variable():
-    with pytest.raises(ValueError, match="LASER_THREADS"):
-        EngineConfig.from_env({"LASER_THREADS": "two"})
+def test_the_cli_builds_the_config_from_its_flags(monkeypatch):
+    monkeypatch.setenv("LASER_MAX_NUM_SEQS", "3")  # ignored: flags only
+    args = _parser().parse_args(["generate", "--prompt", "x", "--matmul-dtype", "bfloat16",
+                                 "--max-num-seqs", "7", "--kv-memory-mb", "12"])
+    cfg = engine_config(args)
+    assert (cfg.matmul_dtype, cfg.max_num_seqs, cfg.kv_memory_mb) == ("bfloat16", 7, 12.0)
+    assert engine_config(_parser().parse_args(["chat"])).kv_memory_mb == 64.0
     with pytest.raises(ValueError, match="matmul_dtype"):
-        EngineConfig.from_env({"LASER_MATMUL_DTYPE": "fp8"})
-
-
-def test_layer_pause_is_on_unless_the_environment_turns_it_off():
-    assert EngineConfig.from_env({}).layer_pause
-    assert not EngineConfig.from_env({"LASER_LAYER_PAUSE": "false"}).layer_pause
-    with pytest.raises(ValueError, match="LASER_LAYER_PAUSE"):
-        EngineConfig.from_env({"LASER_LAYER_PAUSE": "sometimes"})
+        engine_config(_parser().parse_args(["chat", "--matmul-dtype", "fp8"]))

@@ -204,7 +204,7 @@ def test_laser_policy_learns_step_time_from_real_steps():
 def test_overload_factor_reaches_the_laser_policy():
     assert make_engine(policy="laser", overload_ttft_factor=7.5).scheduler.policy \
         .overload_ttft_factor == 7.5
-    assert make_engine(policy="laser").scheduler.policy.overload_ttft_factor == 2.0
+    assert make_engine(policy="laser").scheduler.policy.overload_ttft_factor == 10.0  # config
     with pytest.raises(ValueError, match="overload_ttft_factor"):
         make_engine(policy="laser", overload_ttft_factor=0.5)
 
