@@ -156,3 +156,13 @@ def test_another_tenants_batch_and_file_are_404(world, django_capture_on_commit_
     own = world.b_admin.get(f"/files/{their_file.uid}/content")
     assert own.status_code == 200 and b'"custom_id": "r0"' in own.content
     assert world.b_admin.post(f"/batches/{theirs['id']}/cancel")["Location"] == "/batches/"
+
+
+def test_the_login_is_throttled(world, user_factory, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    user_factory(username="eve", tenant=world.a, password="pw-correct-horse")
+    for _ in range(2):
+        assert Client().post("/login/", {"username": "eve", "password": "x"}).status_code == 200
+    assert Client().post("/login/", {"username": "eve", "password": "x"}).status_code == 429
+    right = Client().post("/login/", {"username": "eve", "password": "pw-correct-horse"})
+    assert right.status_code == 429  # locked out even with the right password
