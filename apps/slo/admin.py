@@ -29,7 +29,7 @@ from apps.slo.models import (
 )
 from apps.slo.services import contract_save, default_terms
 from apps.tenants.admin_mixins import TenantScopedAdmin, admin_scope
-from apps.tenants.plans import plan_of
+from apps.tenants.plans import BOUND_FIELDS, tier_bounds
 
 _HOT = ("ttft_p99_s", "tbt_p99_s", "interruption_budget", "demotable", "demotion_budget",
         "priority_weight")
@@ -113,10 +113,16 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
     def version(self, obj: SLOContract) -> str:
         return f"v{obj.current_version.number}" if obj.current_version_id else "–"
 
-    @admin.display(description="plan")
+    @admin.display(description="plan's bounds")
     def plan(self, obj: SLOContract | None) -> str:
-        tenant_plan = plan_of(obj.tenant_id) if obj is not None and obj.tenant_id else None
-        return str(tenant_plan) if tenant_plan else "–"
+        if obj is None or not obj.tenant_id:
+            return "–"
+        bounds = tier_bounds(obj.tenant_id, obj.tier)
+        if bounds is None:
+            return "no bounds"
+        parts = [f"{name} {getattr(bounds, name):g}" for name in BOUND_FIELDS
+                 if getattr(bounds, name) is not None]
+        return f"{bounds.plan}: " + ", ".join(parts)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # A contract's tenant and tier are its identity: change terms, not what they apply to.
@@ -150,6 +156,9 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
 
 class AlertSettingsForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, assume_scheme="https",
+                                 help_text="POSTed a JSON body per breach.")
+
     def clean_webhook_url(self) -> str:
         """Refuse at once what delivery would refuse anyway (checked again at each delivery:
         where a name points can change)."""

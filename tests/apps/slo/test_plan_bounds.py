@@ -73,6 +73,8 @@ def test_the_services_refuse_and_staff_may_sign_anything(world):
 
 def test_admin_form_refuses_a_tenant_admin_and_accepts_staff(world):
     hot, url = world["hot"], f"{URL}{world['hot'].pk}/change/"
+    page = _client(world["admin"]).get(url).content.decode()
+    assert "Standard: min_ttft_p99_s 0.1" in page and "max_priority_weight 4" in page
     response = _client(world["admin"]).post(url, _form(hot, **ABUSE))
     html = response.content.decode().replace("&#x27;", "'")
     assert response.status_code == 200
