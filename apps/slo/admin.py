@@ -27,8 +27,9 @@ from apps.slo.models import (
     SLOContract,
     UsageDaily,
 )
-from apps.slo.services import contract_save, default_terms
+from apps.slo.services import DEFAULT_TERMS, contract_save, default_terms
 from apps.tenants.admin_mixins import TenantScopedAdmin, admin_scope
+from apps.tenants.models import Tenant
 from apps.tenants.plans import BOUND_FIELDS, tier_bounds
 
 _HOT = ("ttft_p99_s", "tbt_p99_s", "interruption_budget", "demotable", "demotion_budget",
@@ -136,9 +137,13 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
-        tenant = self.scoped_tenant(request)
-        if tenant is not None and initial.get("tier"):
-            initial.update(default_terms(tenant=tenant, tier=initial["tier"]))
+        tier = initial.get("tier")
+        if tier:
+            asked = str(initial.get("tenant") or "")
+            tenant = self.scoped_tenant(request) or (
+                Tenant.objects.filter(pk=int(asked)).first() if asked.isdigit() else None)
+            initial.update(default_terms(tenant=tenant, tier=tier) if tenant is not None
+                           else DEFAULT_TERMS.get(tier, {}))
         return initial
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -143,3 +143,12 @@ def test_contract_create_for_a_plan_without_bounds_is_unbounded(tenant_factory):
     tenant = tenant_factory(plan=Plan.objects.create(name="Custom"))
     contract = contract_create(tenant=tenant, tier="hot", priority_weight=50.0)
     assert contract.priority_weight == 50.0
+
+
+def test_staff_add_form_starts_from_the_chosen_tenants_plan(tenant_factory, user_factory):
+    tenant = tenant_factory()
+    client = _client(user_factory(is_staff=True, is_superuser=True))
+    page = client.get(f"{URL}add/?tier=hot&tenant={tenant.pk}").content.decode()
+    assert 'name="daily_token_budget" value="10000000"' in page
+    page = client.get(f"{URL}add/?tier=hot&tenant=x").content.decode()
+    assert 'name="ttft_p99_s" value="0.2"' in page  # the design's table
