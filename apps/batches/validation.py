@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.gateway.params import parse_chat_request, parse_completion_request
+from apps.gateway.serving import parse_chat_request, parse_completion_request
 from laser_platform.errors import APIError
 
 ENDPOINTS: dict[str, Callable[..., Any]] = {
