@@ -264,7 +264,9 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         raise
     except Exception as exc:
         mapped = api_error(exc, max_tokens_param=_max_key(body))
-        book = book_retryable or not retryable(mapped)
+        # a key that is no longer valid sends nobody's request: booked on no tenant (as REST
+        # refuses it before a tenant is known); a retryable refusal of a batch line runs again
+        book = mapped.status != 401 and (book_retryable or not retryable(mapped))
         await served.close(outcome_for_error(mapped), code=error_code(mapped), book=book)
         raise mapped from exc
     return served
