@@ -1,7 +1,13 @@
-"""Running one chunk of a batch through the engine.
+"""Running one chunk of a batch through the serving path.
 
-A chunk sends its pending lines to the engine at cold tier with the batch's deadline (at most
-``LASER_BATCH_CHUNK_CONCURRENCY`` at once), so the engine's scheduler paces them: in hot's gaps,
+A chunk sends its pending lines through ``apps.gateway.serving.serve`` at cold tier with the
+batch's deadline (at most ``LASER_BATCH_CHUNK_CONCURRENCY`` at once), as the key the batch was
+created with: each line is admitted against the tenant's cold contract like any request. Over
+its requests/min or tokens/min (or a concurrency cap, or a saturated engine) a line waits and is
+sent again (``Retry-After``), so the batch is paced and nothing fails; once the daily budget is
+spent each remaining line ends with ``insufficient_quota`` in the error file, and once the key
+is revoked with ``invalid_api_key`` (the key is re-checked at most every
+``LASER_BATCH_POLL_S``). The engine's scheduler then paces the lines it runs: in hot's gaps,
 promoted as slack runs out. Each result is written once, by a conditional UPDATE from
 ``pending``: a redelivered chunk skips lines already written, and a line expired or cancelled
 meanwhile keeps that state. While lines are in flight the chunk re-reads its batch every
@@ -25,15 +31,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
-from apps.batches.rendering import error_for, response_body, run_parsed
-from apps.batches.reports import report_line
+from apps.batches.rendering import error_for, response_body
 from apps.batches.services import batch_touch
-from apps.batches.validation import ENDPOINTS
-from apps.gateway.collect import Completion
-from apps.gateway.params import ParsedRequest
-from apps.slo.reporting import tbt_stats
-from apps.slo.selectors import contract_for
-from inference.errors import AdmissionRefused, EngineError, EngineUnavailable
+from apps.gateway.serving import CHAT, COMPLETIONS, Caller, Served, retryable, serve
+from inference.errors import EngineUnavailable
 from laser_platform.errors import APIError
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FINISHED = ("stop", "length")
-_RETRY_S = 1.0  # wait before resending a line the engine refused without saying how long
+KINDS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
+_RETRY_S = 1.0  # wait before resending a line refused for now without saying how long
 HEARTBEAT_S = 60.0  # well under LASER_BATCH_STALL_S, and one UPDATE a minute per chunk
 
 
@@ -61,7 +63,9 @@ class ChunkRunner:
         self.todo: deque[tuple[float, BatchLine]] = deque((0.0, x) for x in lines)
         self.inflight: dict[asyncio.Task, BatchLine] = {}
         self.result = ChunkResult()
-        self.contract = contract_for(tenant=batch.tenant, tier="cold")
+        # the batch's key, checked again before its first line (checked_at 0)
+        self.caller = Caller(batch.tenant, "api_key", api_key=batch.api_key,
+                             default_tier="cold", checked_at=0.0)
         self.started = self.touched = time.monotonic()
         self.deadline = batch.deadline_at.timestamp()
 
@@ -89,9 +93,7 @@ class ChunkRunner:
             task.cancel()
         for task in done:
             if not task.cancelled() and task.exception() is None:
-                parsed, completion = task.result()
-                if all(reason in FINISHED for reason in completion.finish_reasons):
-                    await sync_to_async(self._write_success)(inflight[task], completion, parsed)
+                await self._finish(inflight[task], task.result(), requeue=False)
 
     async def _run(self) -> ChunkResult:
         limit = settings.LASER_BATCH_CHUNK_CONCURRENCY
@@ -124,31 +126,50 @@ class ChunkRunner:
                 continue
             self.inflight[asyncio.ensure_future(self._complete(line))] = line
 
-    async def _complete(self, line: BatchLine) -> tuple[ParsedRequest, Completion]:
-        parse = ENDPOINTS[self.batch.endpoint]
-        parsed = parse(line.body, tenant=self.batch.tenant, api_key=self.batch.api_key,
-                       contract=self.contract, request_id=line.request_id,
-                       deadline=self.deadline)
-        return parsed, await run_parsed(parsed, self.client)
+    async def _complete(self, line: BatchLine) -> Served:
+        """Serve one line to its end; the caller writes it, then closes (books) the Served."""
+        served = await serve(
+            caller=self.caller, kind=KINDS[self.batch.endpoint], body=line.body,
+            endpoint=self.batch.endpoint, tier="cold", request_id=line.request_id,
+            deadline=self.deadline, key_max_age_s=settings.LASER_BATCH_POLL_S,
+            batch_id=self.batch.uid, book_retryable=False, client=self.client)
+        try:
+            async for _ in served.deltas():
+                pass
+        except asyncio.CancelledError:
+            await served.close("cancelled", book=False)  # the batch stopped: not this line's end
+            raise
+        except BaseException as exc:
+            await served.close_for(exc, book=not isinstance(exc, EngineUnavailable))
+            raise
+        return served
+
+    async def _finish(self, line: BatchLine, served: Served, *, requeue: bool) -> None:
+        """Write a finished line once and book it when the write won; an aborted one goes back
+        to the queue (``requeue``) or stays pending."""
+        completion = served.collector.result if served.collector is not None else None
+        if completion is not None and all(r in FINISHED for r in completion.finish_reasons):
+            won = await sync_to_async(self._write_success)(line, served)
+            await served.close("ok", book=won)
+            return
+        await served.close("interrupted", code="aborted", book=False)
+        if requeue and self.result.stopped is None:
+            self.todo.append((time.time() + _RETRY_S, line))  # aborted by someone else
 
     async def _settle(self, line: BatchLine, task: asyncio.Task) -> None:
         exc = task.exception()
         if exc is None:
-            parsed, completion = task.result()
-            if all(reason in FINISHED for reason in completion.finish_reasons):
-                await sync_to_async(self._write_success)(line, completion, parsed)
-            elif self.result.stopped is None:
-                self.todo.append((time.time() + _RETRY_S, line))  # aborted by someone else
+            await self._finish(line, task.result(), requeue=True)
             return
-        if isinstance(exc, AdmissionRefused):
-            wait = exc.retry_after_s if exc.retry_after_s is not None else _RETRY_S
-            self.todo.append((time.time() + max(wait, 0.05), line))
-        elif isinstance(exc, EngineUnavailable):
+        if isinstance(exc.__cause__, EngineUnavailable) or isinstance(exc, EngineUnavailable):
             raise exc  # the task retries the whole chunk later; this line stays pending
-        else:
-            if not isinstance(exc, (APIError, EngineError)):
-                logger.error("line %s failed", line.request_id, exc_info=exc)
-            await sync_to_async(self._write_refusal)(line, error_for(exc, line.body))
+        if isinstance(exc, APIError) and retryable(exc):  # paced: rpm/tpm, caps, saturation
+            wait = float(exc.headers.get("Retry-After", _RETRY_S))
+            self.todo.append((time.time() + max(wait, 0.05), line))
+            return
+        if not isinstance(exc, APIError):
+            logger.error("line %s failed", line.request_id, exc_info=exc)
+        await sync_to_async(self._write_refusal)(line, error_for(exc, line.body))
 
     async def _check_batch(self) -> None:
         status = await sync_to_async(self._current_status)()
@@ -179,30 +200,26 @@ class ChunkRunner:
             self.result.written += 1
         return bool(won)
 
-    def _write_success(self, line: BatchLine, completion: Completion,
-                       parsed: ParsedRequest) -> None:
-        body = response_body(parsed, completion, self.client)
+    def _write_success(self, line: BatchLine, served: Served) -> bool:
+        assert served.parsed is not None and served.collector is not None
+        completion = served.collector.result
+        body = response_body(served.parsed, completion, self.client)
         response = {"status_code": 200, "request_id": line.request_id, "body": body}
-        if self._write(line, status=LineStatus.SUCCEEDED, response=response,
-                       prompt_tokens=completion.prompt_tokens,
-                       completion_tokens=completion.completion_tokens):
-            report_line(self.batch, line, outcome="ok", arrival=completion.arrival,
-                        first_token_at=completion.first_token_at,
-                        tbt=tbt_stats(completion.token_times),
-                        tier_served=str(completion.tier_served), demoted=completion.demoted)
+        return self._write(line, status=LineStatus.SUCCEEDED, response=response,
+                           prompt_tokens=completion.prompt_tokens,
+                           completion_tokens=completion.completion_tokens)
 
     def _write_refusal(self, line: BatchLine, error: APIError) -> None:
+        """A line refused for good (its SLO record was booked by the serving path)."""
         response = {"status_code": error.status, "request_id": line.request_id,
                     "body": error.body()}
-        if self._write(line, status=LineStatus.FAILED, response=response):
-            outcome = "rejected_400" if error.status < 500 else "error"
-            report_line(self.batch, line, outcome=outcome, error_code=str(error.code or ""))
+        self._write(line, status=LineStatus.FAILED, response=response)
 
 
 def chunk_run(*, batch_id: int, first: int, last: int,
               client: EngineClient | None = None) -> ChunkResult:
     """Run the pending lines numbered ``first..last`` of a running batch (the chunk task)."""
-    batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
+    batch = Batch.objects.select_related("tenant", "api_key__tenant").filter(pk=batch_id).first()
     if batch is None or batch.status not in RUNNING_STATUSES:
         return ChunkResult(stopped="gone" if batch is None else batch.status)
     if batch.deadline_at <= timezone.now():
@@ -213,7 +230,7 @@ def chunk_run(*, batch_id: int, first: int, last: int,
         return ChunkResult()
     batch_touch(batch_id=batch_id)
     if client is None:
-        from apps.gateway.engine import get_engine_client
+        from apps.gateway.serving import get_engine_client
 
         client = get_engine_client()
     return ChunkRunner(batch, lines, client).run()

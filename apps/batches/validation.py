@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.gateway.params import parse_chat_request, parse_completion_request
+from apps.gateway.serving import parse_chat_request, parse_completion_request
 from laser_platform.errors import APIError
 from laser_platform.jsonbody import loads_bounded
 

@@ -1,18 +1,17 @@
-"""Admission: API key -> tenant -> tier and contract -> capacity -> rate limits and quota.
+"""Admission decisions of the serving path: tier and contract, capacity, limits and quota.
 
-Order matters and is cheap-first: draining and engine saturation are refused (503) before any
-parsing or tokenising; the tier is resolved against the tenant's contracts (400 when the tenant
-has no contract for it); then the contract's requests/min, tokens/min and daily budget (429).
+Order matters and is cheap-first (``apps.gateway.serving`` calls these in order): draining, the
+tier resolved against the tenant's contracts (400 when it holds none for it), the process's
+in-flight cap and the engine's saturation (503) before anything is tokenised; then, with the
+prompt's real token count, the contract's requests/min, tokens/min and daily budget (429).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -22,16 +21,19 @@ from apps.gateway import ratelimit
 from apps.gateway.params import SERVICE_TIERS
 from laser_platform.errors import BadRequestError, EngineOverloadedError, RateLimitError
 
+if TYPE_CHECKING:
+    from inference.engine.stats import EngineStats
+
 TIER_NAMES = ("hot", "warm", "cold")
 
 
-def _asked_tier(service_tier: Any, api_key: Any) -> str:
+def _asked_tier(service_tier: Any, default_tier: str) -> str:
     if service_tier is not None and (not isinstance(service_tier, str)
                                      or service_tier not in SERVICE_TIERS):
         raise BadRequestError(f"'service_tier' must be one of {sorted(SERVICE_TIERS)}.",
                               param="service_tier", code="invalid_value")
     tier = SERVICE_TIERS.get(service_tier) if service_tier is not None else None
-    return str(tier) if tier is not None else str(api_key.default_tier)
+    return str(tier) if tier is not None else default_tier
 
 
 def _no_contract(tier: str) -> BadRequestError:
@@ -40,34 +42,24 @@ def _no_contract(tier: str) -> BadRequestError:
         "a tier you hold a contract for.", param="service_tier", code="tier_not_contracted")
 
 
-def resolve_tier(service_tier: Any, api_key: Any, tenant: Any) -> tuple[str, Any]:
+def resolve_tier(service_tier: Any, default_tier: str, tenant: Any) -> tuple[str, Any]:
     """Map a request's ``service_tier`` to (tier name, ``ContractSnapshot``) or raise 400.
 
     ``priority`` = hot, ``flex`` = cold, or the tier names; absent/``auto``/``default`` = the
-    key's default tier. A tier the tenant holds no contract for is a 400 on ``service_tier``.
+    caller's default tier. A tier the tenant holds no contract for is a 400 on ``service_tier``.
     """
     from apps.slo.selectors import contract_for
 
-    tier = _asked_tier(service_tier, api_key)
+    tier = _asked_tier(service_tier, default_tier)
     contract = contract_for(tenant=tenant, tier=tier)
     if contract is None:
         raise _no_contract(tier)
     return tier, contract
 
 
-async def aresolve_tier(service_tier: Any, api_key: Any, tenant: Any) -> tuple[str, Any]:
+async def aresolve_tier(service_tier: Any, default_tier: str, tenant: Any) -> tuple[str, Any]:
     """``resolve_tier`` for async callers (the ORM runs in a thread)."""
-    from apps.slo import selectors
-
-    tier = _asked_tier(service_tier, api_key)
-    acontract_for = getattr(selectors, "acontract_for", None)
-    if acontract_for is not None:
-        contract = await acontract_for(tenant=tenant, tier=tier)
-    else:
-        contract = await sync_to_async(selectors.contract_for)(tenant=tenant, tier=tier)
-    if contract is None:
-        raise _no_contract(tier)
-    return tier, contract
+    return await sync_to_async(resolve_tier)(service_tier, default_tier, tenant)
 
 
 # ---- capacity ------------------------------------------------------------------------------
@@ -96,14 +88,6 @@ class _Inflight:
         with self._lock:
             self._count -= 1
 
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
-
 
 inflight = _Inflight()
 
@@ -115,23 +99,16 @@ def check_accepting() -> None:
                                     retry_after=1.0, code="draining")
 
 
-def check_engine_capacity(stats: Any) -> None:
-    """503 when the engine's queue is already at ``LASER_GATEWAY_MAX_QUEUED`` (from its stats,
-    before the request is tokenised or queued)."""
-    waiting = _stat(stats, "waiting")
-    if isinstance(waiting, dict):
-        waiting = sum(waiting.values())
-    bound = settings.LASER_GATEWAY_MAX_QUEUED
-    if isinstance(waiting, int) and waiting >= bound:
-        raise EngineOverloadedError(
+def overload_decision(stats: EngineStats, tier: str) -> EngineOverloadedError | None:
+    """The gateway's one saturation/overload decision, from the engine's stats and before the
+    request is tokenised or queued: refuse (503) when the engine's queue holds
+    ``LASER_GATEWAY_MAX_QUEUED`` requests already. ``tier`` is the tier the request asks."""
+    waiting = sum(stats.waiting.values())
+    if waiting >= settings.LASER_GATEWAY_MAX_QUEUED:
+        return EngineOverloadedError(
             f"The engine is saturated ({waiting} requests queued); retry shortly.",
             retry_after=1.0)
-
-
-def _stat(stats: Any, name: str) -> Any:
-    if isinstance(stats, dict):
-        return stats.get(name)
-    return getattr(stats, name, None)
+    return None
 
 
 # ---- rate limits and quota ------------------------------------------------------------------
@@ -139,13 +116,11 @@ def _stat(stats: Any, name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """What ``admit`` hands back: settle it with the real token count when the request ends."""
+    """An admitted request's reservation; ``asettle`` it with the real token count at the end.
+    ``output`` is the output tokens per choice granted (lower than asked when clipped)."""
 
     ticket: ratelimit.Ticket | None
-
-    def settle(self, actual_tokens: int) -> None:
-        if self.ticket is not None:
-            ratelimit.get_limiter().settle(self.ticket, actual_tokens, time.time())
+    output: int
 
     async def asettle(self, actual_tokens: int) -> None:
         if self.ticket is None:
@@ -165,20 +140,13 @@ def contract_limits(contract: Any) -> ratelimit.Limits:
     )
 
 
-def estimate_tokens(request: Any) -> int:
-    """Tokens a request may cost, before tokenising: ~4 characters a token, plus its output."""
-    if request.prompt_token_ids is not None:
-        prompt = len(request.prompt_token_ids)
-    else:
-        text = request.prompt or "".join(str(m.get("content", "")) for m in request.messages)
-        prompt = len(text) // 4 + 1
-    return prompt + request.sampling.max_tokens * request.sampling.n
-
-
-def _raise_for(verdict: ratelimit.Verdict, tier: str) -> None:
+def _raise_for(verdict: ratelimit.Verdict, tier: str, ask: ratelimit.Ask) -> None:
     if verdict.status == ratelimit.QUOTA:
+        detail = ("is spent" if ask.clip else
+                  f"has less left than this request's prompt plus max_tokens ({ask.prompt} + "
+                  f"{ask.output} x {ask.choices})")
         raise RateLimitError.quota(
-            f"Your tenant's daily token budget for the '{tier}' tier is spent. It resets at "
+            f"Your tenant's daily token budget for the '{tier}' tier {detail}. It resets at "
             "00:00 UTC; ask your tenant admin to raise it.")
     if verdict.status == ratelimit.LIMITED:
         raise RateLimitError(
@@ -186,21 +154,13 @@ def _raise_for(verdict: ratelimit.Verdict, tier: str) -> None:
             f"after {max(1, round(verdict.retry_after_s))} s.", retry_after=verdict.retry_after_s)
 
 
-def admit(*, tenant: Any, tier: str, contract: Any, estimated_tokens: int) -> Admission:
+async def aadmit(*, tenant: Any, tier: str, contract: Any, ask: ratelimit.Ask) -> Admission:
     """Check and reserve the contract's limits for one request; raise 429 when over."""
-    verdict = ratelimit.get_limiter().check(str(tenant.pk), tier, contract_limits(contract),
-                                            estimated_tokens, time.time())
-    _raise_for(verdict, tier)
-    return Admission(verdict.ticket)
-
-
-async def aadmit(*, tenant: Any, tier: str, contract: Any, estimated_tokens: int) -> Admission:
-    """``admit`` for async callers."""
     limiter = ratelimit.get_limiter()
-    args = (str(tenant.pk), tier, contract_limits(contract), estimated_tokens, time.time())
+    args = (str(tenant.pk), tier, contract_limits(contract), ask, time.time())
     if isinstance(limiter, ratelimit.RedisLimiter):
         verdict = await limiter.acheck(*args)
     else:
         verdict = limiter.check(*args)
-    _raise_for(verdict, tier)
-    return Admission(verdict.ticket)
+    _raise_for(verdict, tier, ask)
+    return Admission(verdict.ticket, verdict.output)

@@ -3,7 +3,9 @@
 Authentication never puts the key in the URL: either subprotocols ``["laser.v1",
 "key.<api key>"]`` (only ``laser.v1`` is echoed back) or a first message
 ``{"type": "auth", "api_key": ...}`` within ``LASER_WS_AUTH_TIMEOUT``; anything else closes the
-socket with 4401. The origin is checked by ``AllowedHostsOriginValidator`` in ``asgi.py``.
+socket with 4401, as does a turn that finds the key revoked or expired since. Past the key's
+open-socket cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429.
+The origin is checked by ``AllowedHostsOriginValidator`` in ``asgi.py``.
 
 In: ``{"type": "chat", "session_id", "messages" | "content", "params"}``, ``{"type":
 "cancel", "session_id"}``, ``{"type": "ping"}``. Out: ``delta``, ``done`` (usage, TTFT, TBT),
@@ -24,6 +26,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from apps.gateway.slots import Caller, slots
 from apps.gateway.turns import Session, apply_turn_messages, run_turn
 from apps.tenants.selectors import aapi_key_resolve
 from laser_platform.errors import APIError, BadRequestError
@@ -34,11 +37,12 @@ SUBPROTOCOL = "laser.v1"
 KEY_PREFIX = "key."
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_SLOW_READER = 4008
+CLOSE_TOO_MANY = 4429  # past the key's open-socket cap (LASER_KEY_MAX_SOCKETS)
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
-        self.api_key: Any = None
+        self.caller: Caller | None = None
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.outbox: asyncio.Queue = asyncio.Queue(maxsize=settings.LASER_WS_SEND_QUEUE)
         self.closing = False
@@ -53,22 +57,28 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _authenticate(self, raw: Any) -> bool:
         try:
-            self.api_key = await aapi_key_resolve(raw if isinstance(raw, str) else None)
+            caller = Caller.for_key(await aapi_key_resolve(raw if isinstance(raw, str) else None))
         except APIError as exc:
             await self._shut(CLOSE_UNAUTHENTICATED, {"type": "error", **exc.body()})
             return False
-        self.emit({"type": "ready", "tenant": self.api_key.tenant.slug})
+        try:
+            slots.open_socket(caller)
+        except APIError as exc:
+            await self._shut(CLOSE_TOO_MANY, {"type": "error", **exc.body()})
+            return False
+        self.caller = caller
+        self.emit({"type": "ready", "tenant": caller.tenant.slug})
         return True
 
     async def _auth_deadline(self) -> None:
         await asyncio.sleep(settings.LASER_WS_AUTH_TIMEOUT)
-        if self.api_key is None:
+        if self.caller is None:
             await self._shut(CLOSE_UNAUTHENTICATED)
 
     # ---- in -----------------------------------------------------------------------------
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
-        if self.api_key is None:
+        if self.caller is None:
             if kind == "auth":
                 await self._authenticate(content.get("api_key"))
             else:
@@ -122,13 +132,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         session.task = asyncio.create_task(self._turn(session, params, before))
 
     async def _turn(self, session: Session, params: dict, before: list[dict]) -> None:
+        assert self.caller is not None
         try:
-            ok = await run_turn(session, params, api_key=self.api_key, emit=self.emit,
-                                on_error=self._emit_async)
-            if not ok:
-                session.history = before  # a failed turn leaves the session as it was
+            error = await run_turn(session, params, caller=self.caller, emit=self.emit)
         finally:
             session.task = None
+        if error is None:
+            return
+        session.history = before  # a failed turn leaves the session as it was
+        message = {"type": "error", "session_id": session.session_id, **error.body()}
+        if error.status == 401:  # the key was revoked or expired since the last turn
+            await self._shut(CLOSE_UNAUTHENTICATED, message)
+        else:
+            self.emit(message)
 
     # ---- out ----------------------------------------------------------------------------
     def emit(self, message: dict[str, Any]) -> None:
@@ -140,9 +156,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except asyncio.QueueFull:
             logger.warning("websocket reader too slow; closing with %d", CLOSE_SLOW_READER)
             asyncio.ensure_future(self._shut(CLOSE_SLOW_READER))
-
-    async def _emit_async(self, message: dict[str, Any]) -> None:
-        self.emit(message)
 
     def _error(self, session_id: str | None, exc: APIError) -> None:
         self.emit({"type": "error", "session_id": session_id, **exc.body()})
@@ -169,6 +182,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        caller, self.caller = getattr(self, "caller", None), None
+        if caller is not None:
+            slots.close_socket(caller)
         self._cancel_turns()
         for task in (getattr(self, "writer", None), getattr(self, "auth_timer", None)):
             if task is not None:

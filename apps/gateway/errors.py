@@ -12,6 +12,15 @@ from inference.errors import (
 from laser_platform.errors import APIError, EngineOverloadedError, ServerError
 
 
+class AbortedByServer(APIError):
+    """The engine ended a choice with ``abort``: not a natural finish."""
+
+    status, type, code = 503, "server_error", "aborted"
+
+    def __init__(self) -> None:
+        super().__init__("The request was aborted by the server.", headers={"Retry-After": "1"})
+
+
 def api_error(exc: BaseException, *, max_tokens_param: str = "max_tokens") -> APIError:
     """``APIError`` for any exception: engine errors mapped, anything else a 500."""
     if isinstance(exc, APIError):

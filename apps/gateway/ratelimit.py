@@ -4,9 +4,12 @@ With ``LASER_RATELIMIT_REDIS_URL`` (default ``REDIS_URL``) set, one Lua script c
 reserves atomically, so N web processes share one budget; without it an in-process counter does
 the same for the single embedded process.
 
-Tokens are *reserved* at admission (an estimate: prompt characters / 4 plus ``max_tokens`` × n)
-and *settled* when the request ends with the real count, so concurrent requests cannot overrun
-tokens/min while each is still running.
+Tokens are *reserved* at admission (the prompt's real token count, after tokenising, plus
+``max_tokens`` × n) against tokens/min and the daily budget alike, and *settled* when the request
+ends with the real count: concurrent requests cannot overrun either while they still run, so N
+requests against a budget of B tokens deliver at most B in total. A request whose output does not
+fit what the budget has left is clipped to it (``clip``: the client left ``max_tokens`` open) or
+refused with ``QUOTA``.
 """
 
 from __future__ import annotations
@@ -15,15 +18,26 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 
-# Returns {0} admitted, {1, retry_after_s} rate-limited, {2} daily budget spent.
+# ARGV: budget, rpm, tpm (-1: unlimited), prompt tokens, output tokens per choice, choices,
+# clip (1/0). Returns {0, output per choice} admitted, {1, 1|2} rate-limited on requests|tokens,
+# {2, 0} daily budget spent (or too little left for this request).
 _ADMIT_LUA = """
-local budget, rpm, tpm, est = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4])
+local budget, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local prompt, out, n, clip = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
+  tonumber(ARGV[7])
 local day = tonumber(redis.call('GET', KEYS[3]) or '0')
-if budget >= 0 and day >= budget then return {2, 0} end
+if budget >= 0 then
+  local left = budget - day
+  if prompt + out * n > left then
+    if clip == 0 or left < prompt + n then return {2, 0} end
+    out = math.floor((left - prompt) / n)
+  end
+end
+local est = prompt + out * n
 local r = tonumber(redis.call('GET', KEYS[1]) or '0')
 if rpm >= 0 and r >= rpm then return {1, 1} end
 local t = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -32,10 +46,13 @@ redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], 120)
 redis.call('INCRBY', KEYS[2], est)
 redis.call('EXPIRE', KEYS[2], 120)
-return {0, 0}
+redis.call('INCRBY', KEYS[3], est)
+redis.call('EXPIRE', KEYS[3], 172800)
+return {0, out}
 """
 
 ADMITTED, LIMITED, QUOTA = 0, 1, 2
+_DAY_TTL_S = 2 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +62,17 @@ class Limits:
     requests_per_min: int | None
     tokens_per_min: int | None
     daily_token_budget: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What one request asks for: its prompt's tokens, up to ``output`` tokens for each of
+    ``choices``; ``clip`` lets admission lower ``output`` to what the daily budget has left."""
+
+    prompt: int
+    output: int
+    choices: int = 1
+    clip: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +90,7 @@ class Verdict:
     retry_after_s: float = 0.0
     which: str = ""
     ticket: Ticket | None = None
+    output: int = 0  # admitted: output tokens per choice granted (clipped or as asked)
 
 
 def _keys(tenant_id: str, tier: str, now: float) -> tuple[str, str, str]:
@@ -89,14 +118,19 @@ class MemoryLimiter:
     def _add(self, key: str, amount: int, now: float, ttl: float) -> None:
         self._counts[key] = (self._get(key, now) + amount, now + ttl)
 
-    def check(self, tenant_id: str, tier: str, limits: Limits, est: int, now: float) -> Verdict:
+    def check(self, tenant_id: str, tier: str, limits: Limits, ask: Ask, now: float) -> Verdict:
         rkey, tkey, dkey = _keys(tenant_id, tier, now)
         with self._lock:
             if len(self._counts) > 10_000:
                 self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
-            budget = _limit(limits.daily_token_budget)
-            if budget >= 0 and self._get(dkey, now) >= budget:
-                return Verdict(QUOTA)
+            budget, out = _limit(limits.daily_token_budget), ask.output
+            if budget >= 0:
+                left = budget - self._get(dkey, now)
+                if ask.prompt + out * ask.choices > left:
+                    if not ask.clip or left < ask.prompt + ask.choices:
+                        return Verdict(QUOTA)
+                    out = (left - ask.prompt) // ask.choices
+            est = ask.prompt + out * ask.choices
             rpm, tpm = _limit(limits.requests_per_min), _limit(limits.tokens_per_min)
             if rpm >= 0 and self._get(rkey, now) >= rpm:
                 return Verdict(LIMITED, _window_left(now), "requests")
@@ -105,12 +139,13 @@ class MemoryLimiter:
                 return Verdict(LIMITED, _window_left(now), "tokens")
             self._add(rkey, 1, now, 120)
             self._add(tkey, est, now, 120)
-        return Verdict(ADMITTED, ticket=Ticket(tkey, dkey, est))
+            self._add(dkey, est, now, _DAY_TTL_S)
+        return Verdict(ADMITTED, ticket=Ticket(tkey, dkey, est), output=out)
 
     def settle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
         with self._lock:
             self._add(ticket.minute_key, actual_tokens - ticket.reserved_tokens, now, 120)
-            self._add(ticket.day_key, actual_tokens, now, 2 * 86400)
+            self._add(ticket.day_key, actual_tokens - ticket.reserved_tokens, now, _DAY_TTL_S)
 
 
 class RedisLimiter:
@@ -136,43 +171,48 @@ class RedisLimiter:
         return client
 
     @staticmethod
-    def _args(limits: Limits, est: int) -> list[int]:
+    def _args(limits: Limits, ask: Ask) -> list[int]:
         return [_limit(limits.daily_token_budget), _limit(limits.requests_per_min),
-                _limit(limits.tokens_per_min), est]
+                _limit(limits.tokens_per_min), ask.prompt, ask.output, ask.choices,
+                int(ask.clip)]
 
     @staticmethod
-    def _verdict(result: list, keys: tuple[str, str, str], est: int, now: float) -> Verdict:
-        status, which = int(result[0]), int(result[1])
+    def _verdict(result: list, keys: tuple[str, str, str], ask: Ask, now: float) -> Verdict:
+        status, value = int(result[0]), int(result[1])
         if status == QUOTA:
             return Verdict(QUOTA)
         if status == LIMITED:
-            return Verdict(LIMITED, _window_left(now), "requests" if which == 1 else "tokens")
-        return Verdict(ADMITTED, ticket=Ticket(keys[1], keys[2], est))
+            return Verdict(LIMITED, _window_left(now), "requests" if value == 1 else "tokens")
+        est = ask.prompt + value * ask.choices
+        return Verdict(ADMITTED, ticket=Ticket(keys[1], keys[2], est), output=value)
 
-    def check(self, tenant_id: str, tier: str, limits: Limits, est: int, now: float) -> Verdict:
+    def check(self, tenant_id: str, tier: str, limits: Limits, ask: Ask, now: float) -> Verdict:
         keys = _keys(tenant_id, tier, now)
-        result = self._script(keys=list(keys), args=self._args(limits, est))
-        return self._verdict(result, keys, est, now)
+        result = self._script(keys=list(keys), args=self._args(limits, ask))
+        return self._verdict(result, keys, ask, now)
 
-    async def acheck(self, tenant_id: str, tier: str, limits: Limits, est: int,
+    async def acheck(self, tenant_id: str, tier: str, limits: Limits, ask: Ask,
                      now: float) -> Verdict:
         keys = _keys(tenant_id, tier, now)
         client = self._aclient()
-        result = await client.eval(_ADMIT_LUA, 3, *keys, *self._args(limits, est))
-        return self._verdict(result, keys, est, now)
+        result = await client.eval(_ADMIT_LUA, 3, *keys, *self._args(limits, ask))
+        return self._verdict(result, keys, ask, now)
+
+    @staticmethod
+    def _settle_on(pipe: Any, ticket: Ticket, actual_tokens: int) -> None:
+        change = actual_tokens - ticket.reserved_tokens
+        pipe.incrby(ticket.minute_key, change)
+        pipe.incrby(ticket.day_key, change)
+        pipe.expire(ticket.day_key, _DAY_TTL_S)
 
     def settle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
         pipe = self._sync.pipeline()
-        pipe.incrby(ticket.minute_key, actual_tokens - ticket.reserved_tokens)
-        pipe.incrby(ticket.day_key, actual_tokens)
-        pipe.expire(ticket.day_key, 2 * 86400)
+        self._settle_on(pipe, ticket, actual_tokens)
         pipe.execute()
 
     async def asettle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
         pipe = self._aclient().pipeline()
-        pipe.incrby(ticket.minute_key, actual_tokens - ticket.reserved_tokens)
-        pipe.incrby(ticket.day_key, actual_tokens)
-        pipe.expire(ticket.day_key, 2 * 86400)
+        self._settle_on(pipe, ticket, actual_tokens)
         await pipe.execute()
 
 

@@ -55,7 +55,12 @@ class Trace:
     contract_version_id: int | None = None
     replica: str = REPLICA
     batch_id: str | None = None
+    deadline: float | None = None
     done: bool = False
+
+    def discard(self) -> None:
+        """Report nothing (a batch line refused for now runs again later, as a new attempt)."""
+        self.done = True
 
     def finish(self, outcome: str, result: Completion | None = None, *, code: str = "") -> None:
         """Report once; never raises (reporting must not turn a served request into a 500)."""
@@ -82,6 +87,7 @@ class Trace:
                 prompt_tokens=result.prompt_tokens if result else 0,
                 completion_tokens=result.completion_tokens if result else 0,
                 outcome=outcome, replica=self.replica, batch_id=self.batch_id, error_code=code,
+                deadline=self.deadline,
             ))
         except Exception:
             logger.exception("could not report request %s", self.request_id)

@@ -13,26 +13,19 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apps.gateway.errors import api_error
+from apps.gateway.errors import AbortedByServer, api_error
 from apps.gateway.reporting import CANCELLED, INTERRUPTED, OK, error_code
 from apps.gateway.responses import ChunkMaker
 from inference.request import TierChange
-from laser_platform.errors import APIError
+
+if TYPE_CHECKING:
+    from apps.gateway.serving import Served
 
 logger = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
-
-
-class AbortedByServer(APIError):
-    """The engine ended a choice with ``abort``: not a natural finish."""
-
-    status, type, code = 503, "server_error", "aborted"
-
-    def __init__(self) -> None:
-        super().__init__("The request was aborted by the server.")
 
 
 def frame(obj: dict[str, Any]) -> bytes:
@@ -45,20 +38,20 @@ def tier_comment(change: TierChange) -> bytes:
             f"reason={reason}\n\n").encode()
 
 
-async def events(served: Any, token_text: Any) -> AsyncIterator[bytes]:
+async def events(served: Served) -> AsyncIterator[bytes]:
     """The SSE body of a served streaming request; closes ``served`` exactly once."""
-    maker = ChunkMaker(served.parsed, token_text)
-    collector = served.collector
+    parsed, collector = served.parsed, served.collector
+    assert parsed is not None and collector is not None
+    maker = ChunkMaker(parsed, served.client.token_text)
     outcome, code = INTERRUPTED, "stream_ended_early"
     try:
-        async for delta in served.stream:
-            collector.fold(delta)
+        async for delta in served.deltas():
             if delta.tier_change is not None:
                 yield tier_comment(delta.tier_change)
             if delta.finish_reason == "abort":
                 raise AbortedByServer()
             yield frame(maker.delta(delta))
-        if served.parsed.include_usage:
+        if parsed.include_usage:
             yield frame(maker.usage_chunk(collector.result))
         yield DONE
         outcome, code = OK, ""
@@ -69,7 +62,7 @@ async def events(served: Any, token_text: Any) -> AsyncIterator[bytes]:
         mapped = api_error(exc)
         outcome, code = INTERRUPTED, error_code(mapped)
         if not isinstance(exc, AbortedByServer):
-            logger.warning("stream %s interrupted: %s", served.parsed.request_id, exc)
+            logger.warning("stream %s interrupted: %s", parsed.request_id, exc)
         yield frame(mapped.body())
         yield DONE
     finally:

@@ -1,4 +1,4 @@
-"""One chat turn of a WebSocket session: the same admission and parsing as REST, then deltas.
+"""One chat turn of a WebSocket session: ``serving.serve`` like every transport, then deltas.
 
 A session keeps its message history server-side (per connection), so turn 2 renders turn 1's
 prompt and answer as its prefix: the engine's prefix cache (salted by tenant) serves those
@@ -8,19 +8,18 @@ blocks again, which the ``done`` message shows as ``usage.cached_tokens``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.gateway import admission, engine
-from apps.gateway.collect import Collector
-from apps.gateway.errors import api_error
-from apps.gateway.params import parse_chat_request, served_model_id
-from apps.gateway.reporting import CANCELLED, INTERRUPTED, OK, Trace, error_code, outcome_for_error
+from apps.gateway import serving
+from apps.gateway.errors import AbortedByServer
+from apps.gateway.params import CHAT, served_model_id
+from apps.gateway.reporting import CANCELLED, OK
 from apps.gateway.responses import tier_change_info
-from apps.gateway.sse import AbortedByServer
+from apps.gateway.slots import Caller
 from apps.slo.services import tbt_stats
-from laser_platform.errors import BadRequestError
+from laser_platform.errors import APIError, BadRequestError
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -60,69 +59,35 @@ def _done_message(session: Session, result: Any) -> dict[str, Any]:
     }
 
 
-async def run_turn(session: Session, params: dict[str, Any], *, api_key: Any,
-                   emit: Emit, on_error: Callable[[dict], Awaitable[None]]) -> bool:
-    """Admit, stream and book one turn; every outcome ends in ``done`` or ``error``.
-
-    Returns True when the turn finished normally (its answer joined the history)."""
-    tenant = api_key.tenant
-    trace = Trace(request_id="ws-pending", tenant_id=tenant.pk, api_key_id=api_key.pk,
-                  tier_asked=str(api_key.default_tier), endpoint="/ws/chat/", streamed=True)
-    collector: Collector | None = None
-    acquired = False
-    admitted = None
+async def run_turn(session: Session, params: dict[str, Any], *, caller: Caller,
+                   emit: Emit) -> APIError | None:
+    """Serve one turn through ``serving.serve`` and stream it as messages; every outcome ends
+    in ``done`` (returns None: the answer joined the history) or an error (returned, for the
+    consumer to send; a 401 also closes the socket)."""
+    body = {**params, "model": served_model_id(), "messages": session.history, "stream": True}
     try:
-        admission.check_accepting()
-        tier, contract = await admission.aresolve_tier(params.get("service_tier"), api_key,
-                                                       tenant)
-        trace.tier_asked, trace.contract_version_id = tier, contract.version_id
-        body = {**params, "model": served_model_id(), "messages": session.history,
-                "stream": True}
-        parsed = parse_chat_request(body, tenant=tenant, api_key=api_key, contract=contract,
-                                    session_id=f"{tenant.pk}:{session.session_id}")
-        trace.request_id = parsed.request_id
-        client = engine.get_engine_client()
-        admission.inflight.acquire()
-        acquired = True
-        admitted = await admission.aadmit(
-            tenant=tenant, tier=tier, contract=contract,
-            estimated_tokens=admission.estimate_tokens(parsed.engine_request))
-        collector = Collector(parsed.request_id, parsed.tier, parsed.engine_request.sampling.n,
-                              parsed.engine_request.arrival_time)
-        stream = await engine.open_stream(parsed.engine_request, client)
-        try:
-            async for delta in stream:
-                collector.fold(delta)
-                if delta.tier_change is not None:
-                    emit({"type": "tier_changed", "session_id": session.session_id,
-                          **tier_change_info(delta.tier_change)})
-                if delta.finish_reason == "abort":
-                    raise AbortedByServer()
-                if delta.text or delta.index == 0:
-                    emit({"type": "delta", "session_id": session.session_id,
-                          "request_id": parsed.request_id, "index": delta.index,
-                          "text": delta.text})
-        finally:
-            await stream.aclose()
-        result = collector.close()
-        session.history.append({"role": "assistant", "content": result.text})
-        emit(_done_message(session, result))
-        trace.finish(OK, result)
-        return True
+        served = await serving.serve(caller=caller, kind=CHAT, body=body, endpoint="/ws/chat/",
+                                     session_id=f"{caller.tenant.pk}:{session.session_id}")
+    except APIError as exc:
+        return exc
+    request_id = served.request_id
+    try:
+        async for delta in served.deltas():
+            if delta.tier_change is not None:
+                emit({"type": "tier_changed", "session_id": session.session_id,
+                      **tier_change_info(delta.tier_change)})
+            if delta.finish_reason == "abort":
+                raise AbortedByServer()
+            if delta.text or delta.index == 0:
+                emit({"type": "delta", "session_id": session.session_id,
+                      "request_id": request_id, "index": delta.index, "text": delta.text})
     except asyncio.CancelledError:
-        trace.finish(CANCELLED, collector.close() if collector else None,
-                     code="client_disconnected")
+        await served.close(CANCELLED, code="client_disconnected")
         raise
     except Exception as exc:
-        mapped = api_error(exc)
-        started = collector is not None and collector.result.first_token_at is not None
-        outcome = INTERRUPTED if started else outcome_for_error(mapped)
-        trace.finish(outcome, collector.close() if collector else None, code=error_code(mapped))
-        await on_error({"type": "error", "session_id": session.session_id, **mapped.body()})
-        return False
-    finally:
-        if acquired:
-            admission.inflight.release()
-        if admitted is not None:
-            used = collector.result.total_tokens if collector else 0
-            await admitted.asettle(used)
+        return await served.close_for(exc)
+    result = await served.close(OK)
+    assert result is not None
+    session.history.append({"role": "assistant", "content": result.text})
+    emit(_done_message(session, result))
+    return None

@@ -27,9 +27,10 @@ from apps.slo.models import (
     SLOContract,
     UsageDaily,
 )
-from apps.slo.services import contract_save, default_terms
+from apps.slo.services import DEFAULT_TERMS, contract_save, default_terms
 from apps.tenants.admin_mixins import TenantScopedAdmin, admin_scope
-from apps.tenants.plans import plan_of
+from apps.tenants.models import Tenant
+from apps.tenants.plans import BOUND_FIELDS, tier_bounds
 
 _HOT = ("ttft_p99_s", "tbt_p99_s", "interruption_budget", "demotable", "demotion_budget",
         "priority_weight")
@@ -113,10 +114,16 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
     def version(self, obj: SLOContract) -> str:
         return f"v{obj.current_version.number}" if obj.current_version_id else "–"
 
-    @admin.display(description="plan")
+    @admin.display(description="plan's bounds")
     def plan(self, obj: SLOContract | None) -> str:
-        tenant_plan = plan_of(obj.tenant_id) if obj is not None and obj.tenant_id else None
-        return str(tenant_plan) if tenant_plan else "–"
+        if obj is None or not obj.tenant_id:
+            return "–"
+        bounds = tier_bounds(obj.tenant_id, obj.tier)
+        if bounds is None:
+            return "no bounds"
+        parts = [f"{name} {getattr(bounds, name):g}" for name in BOUND_FIELDS
+                 if getattr(bounds, name) is not None]
+        return f"{bounds.plan}: " + ", ".join(parts)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # A contract's tenant and tier are its identity: change terms, not what they apply to.
@@ -130,9 +137,13 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
-        tenant = self.scoped_tenant(request)
-        if tenant is not None and initial.get("tier"):
-            initial.update(default_terms(tenant=tenant, tier=initial["tier"]))
+        tier = initial.get("tier")
+        if tier:
+            asked = str(initial.get("tenant") or "")
+            tenant = self.scoped_tenant(request) or (
+                Tenant.objects.filter(pk=int(asked)).first() if asked.isdigit() else None)
+            initial.update(default_terms(tenant=tenant, tier=tier) if tenant is not None
+                           else DEFAULT_TERMS.get(tier, {}))
         return initial
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -150,6 +161,9 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
 
 
 class AlertSettingsForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, assume_scheme="https",
+                                 help_text="POSTed a JSON body per breach.")
+
     def clean_webhook_url(self) -> str:
         """Refuse at once what delivery would refuse anyway (checked again at each delivery:
         where a name points can change)."""

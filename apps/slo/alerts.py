@@ -59,7 +59,11 @@ def _payload(alert: BreachAlert, tenant: Tenant) -> dict:
 def _enqueue(alert_id: int) -> None:
     from apps.slo.tasks import deliver_alert_task
 
-    deliver_alert_task.delay(alert_id)
+    try:
+        deliver_alert_task.delay(alert_id)
+    except Exception:  # a broker outage must not fail the aggregation that raised the alert
+        logger.exception("could not enqueue delivery of SLO alert %s", alert_id)
+        BreachAlert.objects.filter(pk=alert_id).update(webhook_status="failed: not enqueued")
 
 
 def _recipients(tenant: Tenant, config: AlertSettings | None) -> list[str]:

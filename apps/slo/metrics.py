@@ -74,7 +74,7 @@ def engine_stats() -> dict | None:
     ``stats_now()`` is synchronous on every client (the remote one reads the worker registry
     over its own connection), so this is safe on any thread and never touches an event loop.
     """
-    from apps.gateway.engine import current_engine_client
+    from apps.gateway.serving import current_engine_client
 
     client = current_engine_client()
     if client is None or not client.ready:

@@ -54,11 +54,11 @@ def contract_save(
         raise ValidationError(errors)
     contract.save()
     if _version_differs(contract):
-        version_freeze(contract=contract, created_by=created_by)
+        _freeze_version(contract=contract, created_by=created_by)
     return contract
 
 
-def version_freeze(*, contract: SLOContract, created_by: str) -> ContractVersion:
+def _freeze_version(*, contract: SLOContract, created_by: str) -> ContractVersion:
     """Snapshot ``contract``'s terms as its next version and make it the one in force."""
     last = contract.versions.order_by("-number").values_list("number", flat=True).first()
     version = ContractVersion.objects.create(

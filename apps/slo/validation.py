@@ -112,18 +112,6 @@ def check_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict
     return errors
 
 
-def clamp_to_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict[str, object]:
-    """The terms of ``terms`` outside ``bounds``, each moved to its bound (the rest unchanged)."""
-    if bounds is None:
-        return {}
-    changed: dict[str, object] = {}
-    for name, (bound_name, kind, _label, _unit) in PLAN_BOUNDS.items():
-        bound = getattr(bounds, bound_name)
-        if bound is not None and name in terms and _outside(terms[name], bound, kind):
-            changed[name] = bound
-    return changed
-
-
 def validate_contract(
     terms: Mapping[str, object],
     *,

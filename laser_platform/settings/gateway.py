@@ -12,6 +12,12 @@ LASER_DEFAULT_MAX_TOKENS: int = env("LASER_DEFAULT_MAX_TOKENS", 512, int)
 LASER_MAX_REQUEST_BYTES: int = env("LASER_MAX_REQUEST_BYTES", 1024 * 1024, int)
 # Requests one web process serves at once; past it new ones get 503 before any work.
 LASER_GATEWAY_MAX_INFLIGHT: int = env("LASER_GATEWAY_MAX_INFLIGHT", 256, int)
+# Concurrency caps (apps/gateway/slots.py: caps_for): requests in flight per API key (or user)
+# and per tenant, and open WebSockets per key; past one, 429 with Retry-After. One key can run
+# 64 streams and 32 chats at once.
+LASER_KEY_MAX_INFLIGHT: int = env("LASER_KEY_MAX_INFLIGHT", 128, int)
+LASER_TENANT_MAX_INFLIGHT: int = env("LASER_TENANT_MAX_INFLIGHT", 256, int)
+LASER_KEY_MAX_SOCKETS: int = env("LASER_KEY_MAX_SOCKETS", 32, int)
 # Requests queued in the engine past which new ones get 503 before they are tokenised.
 LASER_GATEWAY_MAX_QUEUED: int = env("LASER_GATEWAY_MAX_QUEUED", 512, int)
 # Rate limits are shared through Redis when set (defaults to REDIS_URL), in-process otherwise.

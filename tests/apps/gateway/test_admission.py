@@ -1,13 +1,17 @@
-"""Tier resolution against contracts, and the per-tenant per-tier limits (memory and Redis)."""
+"""Tier resolution against contracts, and the per-tenant per-tier limits (memory and Redis):
+reservations at admission, settled at the end, counted against the daily budget while they run."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from apps.gateway import admission, ratelimit
-from apps.gateway.admission import aadmit, admit, aresolve_tier, resolve_tier
+from apps.gateway.admission import aadmit, aresolve_tier, resolve_tier
+from apps.gateway.ratelimit import ADMITTED, LIMITED, QUOTA, Ask, Limits
+from inference.engine.stats import EngineStats
 from laser_platform.errors import APIError
 
 pytestmark = pytest.mark.django_db
@@ -19,131 +23,112 @@ pytestmark = pytest.mark.django_db
 ])
 def test_service_tier_maps_to_a_contracted_tier(contracted, asked, tier):
     tenant, key, _ = contracted(default_tier="warm")
-    resolved, contract = resolve_tier(asked, key, tenant)
+    resolved, contract = resolve_tier(asked, str(key.default_tier), tenant)
     assert resolved == tier and contract.tier == tier and contract.tenant_id == tenant.pk
 
 
 def test_a_tier_without_contract_is_400_on_service_tier(contracted):
     tenant, key, _ = contracted(tiers=("hot",))
     with pytest.raises(APIError) as info:
-        resolve_tier("flex", key, tenant)
+        resolve_tier("flex", "hot", tenant)
     assert (info.value.status, info.value.param) == (400, "service_tier")
     with pytest.raises(APIError):
-        resolve_tier("nonsense", key, tenant)
+        resolve_tier("nonsense", "hot", tenant)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiter(request, settings):
+    if request.param == "memory":
+        yield ratelimit.MemoryLimiter()
+        return
+    request.getfixturevalue("require_redis")
+    import redis
+
+    url = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/12"
+    redis.Redis.from_url(url).flushdb()
+    yield ratelimit.RedisLimiter(url)
+    redis.Redis.from_url(url).flushdb()
+
+
+def _check(limiter, limits: Limits, ask: Ask, tenant: str = "t1", tier: str = "hot"):
+    return limiter.check(tenant, tier, limits, ask, time.time())
+
+
+def test_requests_per_minute_per_tenant_and_tier(limiter):
+    limits = Limits(2, None, None)
+    assert [_check(limiter, limits, Ask(5, 5)).status for _ in range(3)] == [
+        ADMITTED, ADMITTED, LIMITED]
+    verdict = _check(limiter, limits, Ask(5, 5))
+    assert verdict.which == "requests" and 0 < verdict.retry_after_s <= 60
+    # another tier of the same tenant, and another tenant, have their own windows
+    assert _check(limiter, limits, Ask(5, 5), tier="warm").status == ADMITTED
+    assert _check(limiter, limits, Ask(5, 5), tenant="t2").status == ADMITTED
+
+
+def test_tokens_per_minute_reserve_and_settle(limiter):
+    limits = Limits(None, 100, None)
+    first = _check(limiter, limits, Ask(30, 50))
+    assert first.status == ADMITTED and first.ticket.reserved_tokens == 80
+    assert _check(limiter, limits, Ask(10, 20)).which == "tokens"
+    limiter.settle(first.ticket, 20, time.time())  # used far fewer: the window frees up
+    assert _check(limiter, limits, Ask(10, 20)).status == ADMITTED
+
+
+def test_in_flight_reservations_count_against_the_daily_budget(limiter):
+    limits = Limits(None, None, 100)
+    first = _check(limiter, limits, Ask(10, 50))  # 60 reserved, still running
+    assert first.status == ADMITTED
+    # a set max_tokens over what is left (40) is refused; an open one is clipped to it
+    assert _check(limiter, limits, Ask(10, 50)).status == QUOTA
+    clipped = _check(limiter, limits, Ask(10, 50, clip=True))
+    assert (clipped.status, clipped.output, clipped.ticket.reserved_tokens) == (ADMITTED, 30, 40)
+    assert _check(limiter, limits, Ask(1, 1, clip=True)).status == QUOTA  # nothing left
+    limiter.settle(first.ticket, 15, time.time())  # the first one used 15 of its 60
+    freed = _check(limiter, limits, Ask(5, 100, choices=2, clip=True))
+    assert (freed.status, freed.output) == (ADMITTED, 20)  # 45 left: 5 + 2 x 20
 
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_async_resolution_matches(contracted):
+async def test_async_admission_raises_the_openai_errors(contracted, settings):
     from asgiref.sync import sync_to_async
 
-    tenant, key, _ = await sync_to_async(contracted)(default_tier="cold")
-    tier, contract = await aresolve_tier(None, key, tenant)
-    assert tier == "cold" and contract.tier == "cold"
-
-
-def _limit_hit(call) -> APIError:
+    tenant, key, _ = await sync_to_async(contracted)(requests_per_min=1, daily_token_budget=50)
+    _, contract = await aresolve_tier("hot", "hot", tenant)
     with pytest.raises(APIError) as info:
-        call()
-    return info.value
-
-
-def test_requests_per_minute_then_429_with_retry_after(contracted):
-    tenant, key, _ = contracted(requests_per_min=2)
-    _, contract = resolve_tier("hot", key, tenant)
-    for _ in range(2):
-        admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=10)
-    err = _limit_hit(lambda: admit(tenant=tenant, tier="hot", contract=contract,
-                                   estimated_tokens=10))
-    assert (err.status, err.code) == (429, "rate_limit_exceeded")
-    assert 1 <= int(err.headers["Retry-After"]) <= 60
-    # Another tier of the same tenant, and another tenant, have their own windows.
-    _, warm = resolve_tier("warm", key, tenant)
-    admit(tenant=tenant, tier="warm", contract=warm, estimated_tokens=10)
-    other, other_key, _ = contracted(requests_per_min=2)
-    _, other_contract = resolve_tier("hot", other_key, other)
-    admit(tenant=other, tier="hot", contract=other_contract, estimated_tokens=10)
-
-
-def test_tokens_per_minute_reserve_and_settle(contracted):
-    tenant, key, _ = contracted(tokens_per_min=100)
-    _, contract = resolve_tier("hot", key, tenant)
-    first = admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=80)
-    err = _limit_hit(lambda: admit(tenant=tenant, tier="hot", contract=contract,
-                                   estimated_tokens=30))
-    assert err.code == "rate_limit_exceeded" and "tokens" in err.message
-    first.settle(20)  # it used far fewer than reserved: the window frees up
-    admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=30)
-
-
-def test_daily_budget_spent_is_insufficient_quota(contracted):
-    tenant, key, _ = contracted(daily_token_budget=50)
-    _, contract = resolve_tier("hot", key, tenant)
-    admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=10).settle(60)
-    err = _limit_hit(lambda: admit(tenant=tenant, tier="hot", contract=contract,
-                                   estimated_tokens=1))
-    assert (err.status, err.code, err.type) == (429, "insufficient_quota", "insufficient_quota")
+        await aadmit(tenant=tenant, tier="hot", contract=contract, ask=Ask(10, 100))
+    assert (info.value.status, info.value.code) == (429, "insufficient_quota")
+    admitted = await aadmit(tenant=tenant, tier="hot", contract=contract,
+                            ask=Ask(10, 100, clip=True))
+    assert admitted.output == 40
+    await admitted.asettle(12)
+    with pytest.raises(APIError) as info:
+        await aadmit(tenant=tenant, tier="hot", contract=contract, ask=Ask(1, 1))
+    assert info.value.code == "rate_limit_exceeded" and "Retry-After" in info.value.headers
 
 
 def test_draining_and_inflight_cap_are_503(settings):
     from apps.core.lifecycle import lifecycle
 
     settings.LASER_GATEWAY_MAX_INFLIGHT = 1
-    with admission.inflight.hold():
-        err = _limit_hit(lambda: admission.inflight.hold().__enter__())
-        assert err.status == 503 and "Retry-After" in err.headers
-    with admission.inflight.hold():
-        pass  # released again
+    admission.inflight.acquire()
+    try:
+        with pytest.raises(APIError) as info:
+            admission.inflight.acquire()
+        assert info.value.status == 503 and "Retry-After" in info.value.headers
+    finally:
+        admission.inflight.release()
     lifecycle.begin_drain()
     try:
-        assert _limit_hit(admission.check_accepting).code == "draining"
+        with pytest.raises(APIError) as info:
+            admission.check_accepting()
+        assert info.value.code == "draining"
     finally:
         lifecycle._draining.clear()
 
 
-def test_engine_queue_at_bound_is_503(settings):
+def test_the_overload_decision_is_the_engine_queue_bound(settings):
     settings.LASER_GATEWAY_MAX_QUEUED = 4
-    admission.check_engine_capacity({"waiting": {"hot": 1, "cold": 2}})
-    err = _limit_hit(lambda: admission.check_engine_capacity({"waiting": {"hot": 2, "cold": 2}}))
-    assert err.status == 503
-
-
-@pytest.fixture
-def redis_limiter(require_redis, settings):
-    import redis
-
-    url = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/12"
-    redis.Redis.from_url(url).flushdb()
-    settings.LASER_RATELIMIT_REDIS_URL = url
-    ratelimit.get_limiter.cache_clear()
-    yield ratelimit.get_limiter()
-    redis.Redis.from_url(url).flushdb()
-
-
-@pytest.mark.redis
-def test_redis_limits_are_shared_between_limiters(contracted, redis_limiter, settings):
-    tenant, key, _ = contracted(requests_per_min=3, daily_token_budget=100)
-    _, contract = resolve_tier("hot", key, tenant)
-    assert isinstance(redis_limiter, ratelimit.RedisLimiter)
-    admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=5)
-    # A second process's limiter (a new client on the same Redis) sees the same window.
-    ratelimit.get_limiter.cache_clear()
-    admit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=5).settle(120)
-    err = _limit_hit(lambda: admit(tenant=tenant, tier="hot", contract=contract,
-                                   estimated_tokens=5))
-    assert err.code == "insufficient_quota"
-
-
-@pytest.mark.redis
-@pytest.mark.asyncio
-@pytest.mark.django_db(transaction=True)
-async def test_redis_async_path(contracted, redis_limiter):
-    from asgiref.sync import sync_to_async
-
-    tenant, key, _ = await sync_to_async(contracted)(requests_per_min=1)
-    _, contract = await aresolve_tier("hot", key, tenant)
-    ticket = await aadmit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=5)
-    await ticket.asettle(3)
-    with pytest.raises(APIError) as info:
-        await aadmit(tenant=tenant, tier="hot", contract=contract, estimated_tokens=5)
-    assert info.value.code == "rate_limit_exceeded"
+    assert admission.overload_decision(EngineStats(waiting={"hot": 1, "cold": 2}), "hot") is None
+    refusal = admission.overload_decision(EngineStats(waiting={"hot": 2, "cold": 2}), "cold")
+    assert refusal is not None and refusal.status == 503

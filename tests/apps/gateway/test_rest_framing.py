@@ -134,9 +134,9 @@ async def test_engine_refusals_map_to_503_and_400(key):
 
 async def test_saturated_engine_is_503_before_the_engine_sees_it(fake, key, settings):
     settings.LASER_GATEWAY_MAX_QUEUED = 0
-    from apps.gateway import pipeline
+    from apps.gateway import serving
 
-    pipeline._stats_cache["at"] = 0.0
+    serving._stats_cache["stats"] = None
     response = await _post(AsyncClient(), "/v1/chat/completions", _chat(), key)
     assert response.status_code == 503 and "Retry-After" in response
     assert fake.requests == []

@@ -74,7 +74,7 @@ def test_engine_gauges_come_from_the_engine_client(monkeypatch, settings):
 
 
 def test_no_engine_in_this_process_means_not_ready(settings, monkeypatch):
-    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: None)
+    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: None)
     settings.LASER_METRICS_TOKEN = "t"
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
     assert _sample(text, "laser_engine_ready") == 0
@@ -103,7 +103,7 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
     # The first ASGI request imports this module while resolving its URL, on the server's loop:
     # registering there must not scrape (ORM: SynchronousOnlyOperation; AsyncToSync: RuntimeError).
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: stub)
+    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: stub)
     registry = CollectorRegistry(auto_describe=True)
     with caplog.at_level(logging.DEBUG, logger="apps.slo.metrics"):
         registry.register(metrics._ScrapeCollector())
@@ -118,7 +118,7 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
 async def test_metrics_over_asgi_with_a_remote_engine_log_no_error(monkeypatch, settings, caplog):
     settings.LASER_METRICS_TOKEN = "t"
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.engine.current_engine_client", lambda: stub)
+    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: stub)
     with caplog.at_level(logging.WARNING):
         response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer t"})
     assert response.status_code == 200

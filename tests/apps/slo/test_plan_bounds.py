@@ -73,6 +73,8 @@ def test_the_services_refuse_and_staff_may_sign_anything(world):
 
 def test_admin_form_refuses_a_tenant_admin_and_accepts_staff(world):
     hot, url = world["hot"], f"{URL}{world['hot'].pk}/change/"
+    page = _client(world["admin"]).get(url).content.decode()
+    assert "Standard: min_ttft_p99_s 0.1" in page and "max_priority_weight 4" in page
     response = _client(world["admin"]).post(url, _form(hot, **ABUSE))
     html = response.content.decode().replace("&#x27;", "'")
     assert response.status_code == 200
@@ -141,3 +143,12 @@ def test_contract_create_for_a_plan_without_bounds_is_unbounded(tenant_factory):
     tenant = tenant_factory(plan=Plan.objects.create(name="Custom"))
     contract = contract_create(tenant=tenant, tier="hot", priority_weight=50.0)
     assert contract.priority_weight == 50.0
+
+
+def test_staff_add_form_starts_from_the_chosen_tenants_plan(tenant_factory, user_factory):
+    tenant = tenant_factory()
+    client = _client(user_factory(is_staff=True, is_superuser=True))
+    page = client.get(f"{URL}add/?tier=hot&tenant={tenant.pk}").content.decode()
+    assert 'name="daily_token_budget" value="10000000"' in page
+    page = client.get(f"{URL}add/?tier=hot&tenant=x").content.decode()
+    assert 'name="ttft_p99_s" value="0.2"' in page  # the design's table

@@ -108,7 +108,7 @@ class _Server:
 
         self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/hook"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -225,3 +225,35 @@ def test_the_admin_refuses_an_internal_webhook_when_it_is_saved(tenant_factory, 
                            {**form, "webhook_url": "https://public.test/hook"})
     assert response.status_code == 302
     assert AlertSettings.objects.get(tenant=tenant).webhook_url == "https://public.test/hook"
+
+
+def test_an_allowlisted_ipv6_literal_is_delivered_with_its_host_header(settings):
+    settings.LASER_SLO_WEBHOOK_ALLOWED_HOSTS = ["::1"]
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers["Host"])
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    class Server6(HTTPServer):
+        address_family = socket.AF_INET6
+
+    try:
+        httpd = Server6(("::1", 0), Handler)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        url = f"http://[::1]:{httpd.server_port}/hook?x=1"
+        assert webhooks.post(url, {"a": 1}).status == "delivered: HTTP 201"
+        assert seen == [f"[::1]:{httpd.server_port}"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -20,6 +20,16 @@ from tests.apps.gateway.conftest import (  # noqa: F401 (fixtures)
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
+@pytest.fixture(autouse=True)
+def _reports_flushed_here(settings):
+    """Records are written by this test, not by the writer thread once the database is gone."""
+    from apps.slo.services import flush_reports
+
+    settings.LASER_SLO_AUTOFLUSH = False
+    yield
+    flush_reports()
+
+
 def test_a_new_tenants_first_key_answers_a_chat(request):
     server = request.getfixturevalue("laser_server")  # the gateway tests' live server
     request.getfixturevalue("tiny_engine")  # ... serving the tiny model
