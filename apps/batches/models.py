@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 
 from apps.tenants.models import ApiKey, Tenant
@@ -77,6 +78,11 @@ class Batch(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="batches")
     api_key = models.ForeignKey(
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # A batch started in the web app has no key: its lines run as the user who started it.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+"
     )
     input_file = models.ForeignKey(
         BatchFile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -47,11 +47,12 @@ def _check_metadata(metadata: Any) -> dict | None:
 
 def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, endpoint: Any,
                  completion_window: Any, metadata: Any = None,
-                 output_expires_after: Any = None) -> Batch:
+                 output_expires_after: Any = None, created_by: Any = None) -> Batch:
     """Accept a batch (status ``validating``) and enqueue its validation.
 
     400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
-    promise, bad metadata; 404 for an input file the tenant does not have.
+    promise, bad metadata; 404 for an input file the tenant does not have. ``created_by``:
+    the signed-in user who started it without a key (its lines run as that user).
     """
     if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise BadRequestError(f"'endpoint' must be one of {sorted(ENDPOINTS)}.",
@@ -67,7 +68,8 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     window_s = window_deadline_s(completion_window, contract=contract)
     now = timezone.now()
     batch = Batch.objects.create(
-        tenant=tenant, api_key=api_key, input_file=input_file, input_file_uid=input_file.uid,
+        tenant=tenant, api_key=api_key, created_by=created_by, input_file=input_file,
+        input_file_uid=input_file.uid,
         endpoint=endpoint, completion_window=completion_window.strip(),
         metadata=_check_metadata(metadata), contract_version_id=contract.version_id,
         output_expires_after_s=expiry_seconds(output_expires_after,

@@ -42,13 +42,17 @@ def tenant_for_session(user: Any, session: Any) -> Tenant | None:
     return chosen
 
 
+def is_member(user: Any, tenant: Tenant) -> bool:
+    """Whether ``user`` belongs to ``tenant`` (the chat runs as a member of the tenant)."""
+    membership = membership_for_user(user)
+    return membership is not None and membership.tenant_id == tenant.pk
+
+
 def can_manage_keys(user: Any, tenant: Tenant) -> bool:
     """Tenant admins (membership role ``admin``) and platform staff create and revoke keys."""
     if is_platform_staff(user):
         return True
-    membership = membership_for_user(user)
-    return (membership is not None and membership.tenant_id == tenant.pk
-            and membership.role == Membership.Role.ADMIN)
+    return is_member(user, tenant) and membership_for_user(user).role == Membership.Role.ADMIN
 
 
 def tenant_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

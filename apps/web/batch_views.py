@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -16,7 +17,7 @@ from apps.batches.presenters import batch_object
 from apps.batches.selectors import batches_list, request_counts_many
 from apps.batches.services import CANCELLABLE, batch_cancel, batch_create
 from apps.batches.validation import ENDPOINTS
-from apps.web.access import tenant_page
+from apps.web.access import is_member, tenant_page
 from laser_platform.errors import APIError, NotFoundError
 
 LIST_LIMIT = 20
@@ -54,6 +55,7 @@ def _progress(tenant: Any) -> list[dict[str, Any]]:
 def _page(request: HttpRequest, *, error: APIError | None = None, status: int = 200,
           started: str = "") -> HttpResponse:
     context = {"section": "batches", "batches": _progress(request.tenant),
+               "can_start": is_member(request.user, request.tenant),
                "endpoints": sorted(ENDPOINTS), "error": error, "started": started,
                "form": request.POST}
     return render(request, "web/batches.html", context, status=status)
@@ -79,7 +81,10 @@ def batches_progress(request: HttpRequest) -> JsonResponse:
 @require_POST
 @tenant_page
 def batch_start(request: HttpRequest) -> HttpResponse:
-    """Upload the file and create the batch; a refused file or window re-renders the form."""
+    """Upload the file and create the batch; a refused file or window re-renders the form.
+    Its lines run as the signed-in user, so only members of the tenant start batches."""
+    if not is_member(request.user, request.tenant):
+        raise PermissionDenied("Batches run as a member of the tenant.")
     upload = request.FILES.get("file")
     try:
         if upload is None:
@@ -87,7 +92,8 @@ def batch_start(request: HttpRequest) -> HttpResponse:
                            code="missing_required_parameter")
         stored = file_create(tenant=request.tenant, filename=upload.name, content=upload.read(),
                              purpose="batch")
-        batch = batch_create(tenant=request.tenant, api_key=None, input_file_id=stored.uid,
+        batch = batch_create(tenant=request.tenant, api_key=None, created_by=request.user,
+                             input_file_id=stored.uid,
                              endpoint=request.POST.get("endpoint"),
                              completion_window=request.POST.get("completion_window", ""))
     except APIError as exc:

@@ -2,7 +2,11 @@
 
 Authenticated by the session cookie (``AuthMiddlewareStack`` in ``routing.py``; the origin is
 checked by ``AllowedHostsOriginValidator`` in ``asgi.py``), never by a key in the page or URL.
-The tenant is the one chosen in the web app's session. One conversation per socket, kept here.
+The tenant is the one chosen in the web app's session, and the user must be a member of it
+(else 4403). Turns run as that user (``serving.serve`` with a user caller): a user removed from
+the tenant since gets a 401 error and the socket closes with 4401; past the user's open-socket
+cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429. One
+conversation per socket, kept here.
 
 In: ``{"type": "chat", "content", "tier", "max_tokens"}``, ``{"type": "stop"}``, ``{"type":
 "reset"}`` (new conversation), ``{"type": "ping"}``. Out: ``ready``, then per turn ``delta``...,
@@ -12,6 +16,7 @@ In: ``{"type": "chat", "content", "tier", "max_tokens"}``, ``{"type": "stop"}``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -20,9 +25,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.web.access import tenant_for_session
+from apps.gateway.serving import slots
+from apps.web.access import is_member, tenant_for_session
 from apps.web.chat import ChatSetup, chat_setup, turn_params
-from apps.web.serving import BrowserCaller, serve_turn
+from apps.web.serving import browser_caller, serve_turn
 from laser_platform.errors import APIError, BadRequestError
 
 logger = logging.getLogger(__name__)
@@ -30,6 +36,7 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NO_TENANT = 4403
 CLOSE_SLOW_READER = 4008
+CLOSE_TOO_MANY = 4429  # past the user's open-socket cap (LASER_KEY_MAX_SOCKETS)
 
 
 class WebChatConsumer(AsyncJsonWebsocketConsumer):
@@ -38,6 +45,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
         self.history: list[dict] = []
         self.conversation = uuid.uuid4().hex
         self.closing = False
+        self.socket_open = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(CLOSE_UNAUTHENTICATED)
@@ -46,18 +54,28 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
         if self.setup is None:
             await self.close(CLOSE_NO_TENANT)
             return
-        self.caller = BrowserCaller(tenant=self.setup.tenant, user_id=user.pk,
-                                    username=user.get_username(),
-                                    default_tier=self.setup.default_tier)
+        self.caller = browser_caller(user=user, tenant=self.setup.tenant,
+                                     default_tier=self.setup.default_tier)
         self.outbox: asyncio.Queue = asyncio.Queue(maxsize=settings.LASER_WS_SEND_QUEUE)
         await self.accept()
         self.writer = asyncio.create_task(self._write())
+        try:
+            slots.open_socket(self.caller)
+        except APIError as exc:
+            self._error(exc)
+            await self._shut(CLOSE_TOO_MANY)
+            return
+        self.socket_open = True
         self.emit({"type": "ready", "tenant": self.setup.tenant.slug,
                    "tiers": self.setup.tiers, "default_tier": self.setup.default_tier})
 
     def _setup(self, user: Any) -> ChatSetup | None:
+        """The chat of the session's tenant; None unless the user is a member of it (platform
+        staff look at a tenant's pages but do not chat as its users)."""
         tenant = tenant_for_session(user, self.scope["session"])
-        return chat_setup(tenant) if tenant is not None else None
+        if tenant is None or not is_member(user, tenant):
+            return None
+        return chat_setup(tenant)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
@@ -105,7 +123,12 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             answered = await serve_turn(caller=self.caller, conversation_id=conversation,
                                         history=history, params=params, emit=self.emit)
-            if answered is not None and conversation == self.conversation:
+            if isinstance(answered, APIError):
+                self._error(answered)
+                if answered.status == 401:  # no longer a member: this socket is done
+                    self.turn = None
+                    await self._shut(CLOSE_UNAUTHENTICATED)
+            elif conversation == self.conversation:
                 self.history = answered
         except asyncio.CancelledError:
             self.emit({"type": "stopped"})
@@ -125,15 +148,26 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
                 self.turn.cancel()
             asyncio.ensure_future(self.close(CLOSE_SLOW_READER))
 
+    async def _shut(self, code: int) -> None:
+        """Send what is queued, then close with ``code``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.outbox.join(), 2.0)
+        self.closing = True
+        await self.close(code)
+
     def _error(self, exc: APIError) -> None:
         self.emit({"type": "error", **exc.body()})
 
     async def _write(self) -> None:
         while True:
             await self.send_json(await self.outbox.get())
+            self.outbox.task_done()
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        if getattr(self, "socket_open", False):
+            self.socket_open = False
+            slots.close_socket(self.caller)
         if getattr(self, "turn", None) is not None:
             self.turn.cancel()
         if getattr(self, "writer", None) is not None:

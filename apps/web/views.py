@@ -9,7 +9,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from apps.web.access import TENANT_KEY, tenant_choices, tenant_for_session, tenant_page
+from apps.web.access import (
+    TENANT_KEY,
+    is_member,
+    tenant_choices,
+    tenant_for_session,
+    tenant_page,
+)
 from apps.web.chat import chat_setup
 
 
@@ -62,6 +68,8 @@ def tenants(request: HttpRequest) -> HttpResponse:
 @tenant_page
 def chat(request: HttpRequest) -> HttpResponse:
     setup = chat_setup(request.tenant)
+    if not is_member(request.user, request.tenant):
+        return render(request, "web/chat.html", {"setup": None, "section": "chat"})
     config = {"tiers": setup.tiers, "default_tier": setup.default_tier, "terms": setup.terms,
               "models": setup.models, "socket": "/ws/app/chat/"}
     return render(request, "web/chat.html", {"setup": setup, "config": config,

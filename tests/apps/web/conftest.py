@@ -66,8 +66,11 @@ def world_sync(tenant_factory, user_factory) -> SimpleNamespace:
         contract_create(tenant=alpha, tier=tier)
     warm_only = tenant_factory(slug="warm-only")
     contract_create(tenant=warm_only, tier="warm")
+    staff_in_alpha = logged_in(user_factory(is_staff=True))
+    staff_in_alpha.post("/tenants/", {"tenant": "alpha"})
     return SimpleNamespace(
         member_cookie=session_cookie(user_factory(tenant=alpha)),
+        staff_in_alpha_cookie=f"sessionid={staff_in_alpha.cookies['sessionid'].value}".encode(),
         warm_only_cookie=session_cookie(user_factory(tenant=warm_only)),
         staff_cookie=session_cookie(user_factory(is_staff=True)),
     )

@@ -130,3 +130,41 @@ async def test_stop_ends_the_answer_and_a_demotion_is_announced(world_sync):
         await ws.disconnect()
     finally:
         engine.set_engine_client(old)
+
+
+async def test_a_member_removed_mid_conversation_is_signed_out(world_sync, fake):
+    from asgiref.sync import sync_to_async
+
+    from apps.tenants.models import Membership
+
+    ws = _socket(world_sync.member_cookie)
+    await ws.connect()
+    await ws.receive_json_from()
+    await sync_to_async(Membership.objects.filter(tenant__slug="alpha").delete)()
+    await ws.send_json_to({"type": "chat", "content": "hi"})
+    error = await ws.receive_json_from()
+    assert error["type"] == "error" and error["error"]["code"] == "invalid_session"
+    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4401}
+    assert fake.requests == []
+
+
+async def test_staff_who_chose_a_tenant_do_not_chat_as_its_users(world_sync):
+    connected, code = await _socket(world_sync.staff_in_alpha_cookie).connect()
+    assert (connected, code) == (False, 4403)
+
+
+async def test_past_the_open_socket_cap_a_socket_is_refused(world_sync, settings):
+    settings.LASER_KEY_MAX_SOCKETS = 1
+    first = _socket(world_sync.member_cookie)
+    await first.connect()
+    assert (await first.receive_json_from())["type"] == "ready"
+    second = _socket(world_sync.member_cookie)
+    await second.connect()
+    refused = await second.receive_json_from()
+    assert refused["error"]["code"] == "rate_limit_exceeded"
+    assert (await second.receive_output(timeout=5))["code"] == 4429
+    await first.disconnect()
+    third = _socket(world_sync.member_cookie)
+    await third.connect()
+    assert (await third.receive_json_from())["type"] == "ready"  # the slot was given back
+    await third.disconnect()

@@ -61,6 +61,10 @@ def test_staff_pick_a_tenant_first(world):
     assert world.staff.post("/tenants/", {"tenant": "nope"}).status_code == 400
     assert world.staff.post("/tenants/", {"tenant": "beta"})["Location"] == "/chat/"
     assert "Beta" in world.staff.get("/keys/").content.decode()
+    chat = world.staff.get("/chat/").content.decode()  # staff do not chat as a tenant's user
+    assert 'id="not-a-member"' in chat and "chat.js" not in chat
+    assert 'id="not-a-member"' in world.staff.get("/batches/").content.decode()
+    assert _upload(world.staff).status_code == 403  # a batch runs as a member of the tenant
 
 
 def test_a_member_cannot_pick_another_tenant(world):
