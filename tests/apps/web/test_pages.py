@@ -164,6 +164,7 @@ def test_another_tenants_batch_and_file_are_404(world, django_capture_on_commit_
 
 def test_the_login_is_throttled(world, user_factory, settings):
     settings.AXES_FAILURE_LIMIT = 3
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast
     user_factory(username="eve", tenant=world.a, password="pw-correct-horse")
     for _ in range(2):
         assert Client().post("/login/", {"username": "eve", "password": "x"}).status_code == 200
