@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from apps.batches.models import BatchFile
+from apps.batches.models import BatchFile, could_be_id
 from apps.tenants.models import Tenant
 from laser_platform.errors import BadRequestError, NotFoundError, RequestTooLargeError
 
@@ -51,7 +51,8 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes, purpose: str,
         raise BadRequestError("The file is empty.", param="file", code="empty_file")
     ttl = expires_after_s if expires_after_s is not None else settings.LASER_BATCH_FILE_TTL_S
     return BatchFile.objects.create(
-        tenant=tenant, filename=filename[:255] or "upload.jsonl", purpose=purpose,
+        tenant=tenant, filename=filename.replace("\x00", "")[:255] or "upload.jsonl",
+        purpose=purpose,
         bytes=len(content), content=content,
         expires_at=timezone.now() + dt.timedelta(seconds=ttl),
     )
@@ -69,8 +70,8 @@ def output_file_create(*, tenant: Tenant, filename: str, content: bytes,
 
 def file_get(*, tenant: Tenant, file_id: str) -> BatchFile:
     """The tenant's live file ``file_id``; another tenant's or an expired file is a 404."""
-    found = (BatchFile.objects.defer("content")
-             .filter(tenant=tenant, uid=file_id).first())
+    found = (BatchFile.objects.defer("content").filter(tenant=tenant, uid=file_id).first()
+             if could_be_id(file_id) else None)
     if found is None or _expired(found):
         raise NotFoundError(f"No such File object: {file_id}", param="id", code="file_not_found")
     return found
@@ -93,11 +94,11 @@ def files_list(*, tenant: Tenant, purpose: str | None = None, after: str | None 
     rows = BatchFile.objects.defer("content").filter(tenant=tenant).exclude(
         expires_at__lte=timezone.now())
     if purpose:
-        rows = rows.filter(purpose=purpose)
+        rows = rows.filter(purpose=purpose) if purpose in BatchFile.Purpose.values else rows.none()
     rows = rows.order_by("id" if order == "asc" else "-id")
     if after:
         anchor = BatchFile.objects.filter(tenant=tenant, uid=after).values_list("id", flat=True)
-        anchor_id = anchor.first()
+        anchor_id = anchor.first() if could_be_id(after) else None
         if anchor_id is None:
             raise NotFoundError(f"No such File object: {after}", param="after")
         rows = rows.filter(id__gt=anchor_id) if order == "asc" else rows.filter(id__lt=anchor_id)

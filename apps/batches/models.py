@@ -14,6 +14,12 @@ from django.db import models
 from apps.tenants.models import ApiKey, Tenant
 
 
+def could_be_id(value: str) -> bool:
+    """Whether ``value`` could be a stored public id. PostgreSQL refuses a text parameter with
+    a NUL byte (a 500 if sent), and no id is longer than the column."""
+    return isinstance(value, str) and len(value) <= 40 and "\x00" not in value
+
+
 def new_file_id() -> str:
     return f"file-{secrets.token_hex(12)}"
 

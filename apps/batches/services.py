@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from apps.batches import dispatch
 from apps.batches.files import expiry_seconds, file_get
-from apps.batches.models import Batch, BatchFile, BatchLine, BatchStatus, LineStatus
+from apps.batches.models import (
+    Batch,
+    BatchFile,
+    BatchLine,
+    BatchStatus,
+    LineStatus,
+    could_be_id,
+)
 from apps.batches.reports import report_batch_state, report_line
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
@@ -37,10 +44,10 @@ def _check_metadata(metadata: Any) -> dict | None:
         return None
     ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
         isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
-        for k, v in metadata.items())
+        and "\x00" not in k + v for k, v in metadata.items())
     if not ok:
         raise BadRequestError("'metadata' takes at most 16 string pairs (keys up to 64 "
-                              "characters, values up to 512).", param="metadata",
+                              "characters, values up to 512, no NUL).", param="metadata",
                               code="invalid_value")
     return metadata
 
@@ -80,7 +87,8 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
 
 
 def batch_get(*, tenant: Tenant, batch_id: str) -> Batch:
-    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first()
+    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first() \
+        if could_be_id(batch_id) else None
     if found is None:
         raise NotFoundError(f"No such Batch object: {batch_id}", param="batch_id",
                             code="batch_not_found")
