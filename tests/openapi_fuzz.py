@@ -59,9 +59,12 @@ class Report:
         per_op[status] = per_op.get(status, 0) + 1
 
 
-def _shorten(case: Any) -> None:
-    """Cap the tokens a generated completion asks for (a body the schema allows stays one)."""
+def _shorten(case: Any, known: dict[str, str]) -> None:
+    """Cap the tokens a generated completion asks for, and name the real input file in a batch
+    (a body the schema allows stays one)."""
     body = case.body if isinstance(case.body, dict) else None
+    if body is not None and "input_file_id" in body and "file_id" in known:
+        body["input_file_id"] = known["file_id"]
     for name in ("max_tokens", "max_completion_tokens"):
         if body is not None and isinstance(body.get(name), int) and not isinstance(
                 body.get(name), bool) and body[name] > MAX_GENERATED_TOKENS:
@@ -77,7 +80,8 @@ def _failure(case: Any, response: Any, exc: BaseException) -> str:
 
 def fuzz_operation(operation: Any, *, base_url: str, headers: dict[str, str], examples: int,
                    mode: GenerationMode, report: Report, derandomize: bool = False,
-                   path_parameters: dict[str, str] | None = None) -> None:
+                   path_parameters: dict[str, str] | None = None,
+                   known: dict[str, str] | None = None) -> None:
     strategy = operation.as_strategy(generation_mode=mode, path_parameters=path_parameters)
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
@@ -85,7 +89,7 @@ def fuzz_operation(operation: Any, *, base_url: str, headers: dict[str, str], ex
     @given(case=strategy)
     def one(case: Any) -> None:
         if mode is GenerationMode.POSITIVE:
-            _shorten(case)
+            _shorten(case, known or {})
         response = case.call(base_url=base_url, headers=headers, timeout=60)
         report.count(operation.label, response.status_code)
         try:
@@ -96,6 +100,28 @@ def fuzz_operation(operation: Any, *, base_url: str, headers: dict[str, str], ex
     one()
 
 
+def make_world(tenant: Any, api_key: Any, raw_key: str) -> dict[str, str]:
+    """Contracts for every tier, an uploaded file and a batch for ``tenant``: what positive
+    cases name in their paths. Batch tasks are not enqueued (call with dispatch patched)."""
+    from django.conf import settings
+
+    from apps.batches.files import file_create
+    from apps.batches.services import batch_create
+    from apps.slo.services import contract_create
+
+    for tier in ("hot", "warm", "cold"):
+        contract_create(tenant=tenant, tier=tier)
+    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
+    uploaded = file_create(tenant=tenant, filename="in.jsonl", content=line, purpose="batch")
+    batch = batch_create(tenant=tenant, api_key=api_key, input_file_id=uploaded.uid,
+                         endpoint="/v1/chat/completions", completion_window="24h")
+    return {"key": raw_key, "file_id": uploaded.uid, "batch_id": batch.uid,
+            "model_id": settings.LASER_SERVED_MODEL_ID}
+
+
+PATH_PARAMETERS = ("file_id", "batch_id", "model_id")
+
+
 def fuzz(base_url: str, api_key: str, *, examples: int, path_parameters: dict[str, str],
          paths: Iterable[str] | None = None, skip: Iterable[str] = (),
          derandomize: bool = False) -> Report:
@@ -104,8 +130,8 @@ def fuzz(base_url: str, api_key: str, *, examples: int, path_parameters: dict[st
     schema = schemathesis.openapi.from_url(f"{base_url}/v1/openapi.json")
     headers = {"Authorization": f"Bearer {api_key}"}
     report = Report()
-    for result in schema.get_all_operations():
-        operation = result.ok()
+    operations = [result.ok() for result in schema.get_all_operations()]
+    for operation in sorted(operations, key=lambda op: op.method.upper() == "DELETE"):
         if (paths is not None and operation.path not in paths) or operation.path in skip:
             continue
         # Positive cases name real objects; negative ones get generated (unknown) ids.
@@ -114,5 +140,5 @@ def fuzz(base_url: str, api_key: str, *, examples: int, path_parameters: dict[st
             params = (known or None) if mode is GenerationMode.POSITIVE else None
             fuzz_operation(operation, base_url=base_url, headers=headers, examples=examples,
                            mode=mode, report=report, path_parameters=params,
-                           derandomize=derandomize)
+                           derandomize=derandomize, known=path_parameters)
     return report

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.openapi_fuzz import fuzz
+from tests.openapi_fuzz import PATH_PARAMETERS, fuzz, make_world
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
               pytest.mark.timeout(300)]
@@ -43,27 +43,14 @@ def server(django_db_blocker: Any) -> Any:
 
 @pytest.fixture
 def world(tenant_factory, api_key_factory, settings, monkeypatch) -> dict[str, str]:
-    """A tenant with every tier's contract, its key, one uploaded file and one batch."""
     from apps.batches import dispatch
-    from apps.batches.files import file_create
-    from apps.batches.services import batch_create
-    from apps.slo.services import contract_create
+    from apps.slo.services import flush_reports
 
     settings.LASER_SLO_AUTOFLUSH = False
     settings.LASER_RATELIMIT_REDIS_URL = ""
     monkeypatch.setattr(dispatch, "after_commit", lambda *args: None)  # no broker, no worker
     tenant = tenant_factory()
-    for tier in ("hot", "warm", "cold"):
-        contract_create(tenant=tenant, tier=tier)
-    key, raw = api_key_factory(tenant=tenant)
-    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
-    uploaded = file_create(tenant=tenant, filename="in.jsonl", content=line, purpose="batch")
-    batch = batch_create(tenant=tenant, api_key=key, input_file_id=uploaded.uid,
-                         endpoint="/v1/chat/completions", completion_window="24h")
-    yield {"key": raw, "file_id": uploaded.uid, "batch_id": batch.uid,
-           "model_id": settings.LASER_SERVED_MODEL_ID}
-    from apps.slo.services import flush_reports
-
+    yield make_world(tenant, *api_key_factory(tenant=tenant))
     flush_reports()  # while the test database exists
 
 
@@ -75,7 +62,7 @@ def _fuzz(server: Any, world: dict[str, str], **kwargs: Any) -> Any:
 
     ratelimit.get_limiter.cache_clear()
     return fuzz(server.url, world["key"], examples=EXAMPLES, derandomize=True,
-                path_parameters={k: world[k] for k in ("file_id", "batch_id", "model_id")},
+                path_parameters={k: world[k] for k in PATH_PARAMETERS},
                 **kwargs)
 
 
