@@ -27,6 +27,7 @@ from apps.batches.models import (
     could_be_id,
 )
 from apps.batches.reports import report_batch_state, report_line
+from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
 from apps.slo.selectors import contract_for
@@ -122,16 +123,15 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
     if batch is None or batch.status != BatchStatus.VALIDATING:
         return batch
-    content = (BatchFile.objects.filter(pk=batch.input_file_id)
-               .values_list("content", flat=True).first())
+    present = BatchFile.objects.filter(pk=batch.input_file_id).exists()
     contract = contract_for(tenant=batch.tenant, tier=COLD)
-    if content is None or contract is None:
-        why = "The input file was deleted." if content is None else "No cold contract."
+    if not present or contract is None:
+        why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
     try:
-        result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
-                                api_key=batch.api_key, contract=contract)
+        result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
+                                tenant=batch.tenant, api_key=batch.api_key, contract=contract)
     except DatabaseError:
         raise  # transient: the task fails and the sweep re-dispatches the batch
     except Exception:  # a bug must fail the batch visibly, not leave it validating for a day
