@@ -19,7 +19,8 @@ import uuid
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse
 
 logger = logging.getLogger("laser.errors")
 
@@ -63,7 +64,10 @@ class RequestIdMiddleware:
             response[HEADER] = request_id_for(request)
         return response
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse:
+    def process_exception(self, request: HttpRequest,
+                          exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, (Http404, PermissionDenied, SuspiciousOperation, BadRequest)):
+            return None  # Django answers these with 404/403/400 (handler404, ...), not a 500
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)
