@@ -96,7 +96,11 @@ class LaserAblations:
     and the tests (docs/benchmarks.md records what each part buys). The engine never sets
     them: it runs the defaults, every part on. The parts are described in
     ``LaserPolicyConfig``; ``hot_over_warm_floor`` off holds hot prefill to the warm floor's
-    step cap too; ``layer_pause_enabled`` off never pauses even where the executor could."""
+    step cap too; ``layer_pause_enabled`` off never pauses even where the executor could;
+    ``contract_first_enabled`` off serves excess traffic (``Sequence.in_contract`` False)
+    like in-contract traffic; ``overload_demotion_enabled`` off leaves late hot requests
+    whose contract is not demotable in hot (served after the on-time ones) and refuses by
+    the hot queue's wait instead of warm's backlog."""
 
     reserve_enabled: bool = True
     chunking_enabled: bool = True
@@ -109,6 +113,8 @@ class LaserAblations:
     hot_over_warm_floor: bool = True
     triage_enabled: bool = True
     layer_pause_enabled: bool = True
+    contract_first_enabled: bool = True
+    overload_demotion_enabled: bool = True
 
     @classmethod
     def none(cls) -> LaserAblations:

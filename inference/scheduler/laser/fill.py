@@ -159,25 +159,38 @@ class StepFill:
     def _limits(self, decodes, prefills, waiting) -> list:
         """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap.
 
-        Returns the decodes to run: while a hot request's TTFT slack is short, cold decodes
-        (which have slack, or they would be promoted) sit the step out, so that their context
-        does not eat the time the TBT cap leaves for hot prefill.
+        Returns the decodes to run: while an in-contract hot request's TTFT slack is short,
+        cold decodes (which have slack, or they would be promoted) sit the step out, so that
+        their context does not eat the time the TBT cap leaves for hot prefill. While any
+        in-contract hot prompt waits or prefills, every tenant's excess work (decodes and
+        prefill, any class) sits the step out: it would lengthen the steps that bring the
+        in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
         hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        ttft_min = math.inf
+        ttft_min = excess_min = math.inf
+        self.contract_first = False  # an in-contract hot prompt waits or prefills
         for k, q in prefills + [w for w in waiting if w[0][0] == 0]:
             if k[0] == 0:
-                ttft_min = min(ttft_min, hot_slack_frac(q, self.now, sp))
-        self.hot_min_slack = min(self.hot_min_slack, ttft_min)
+                self.contract_first |= not k[1]
+                slack = hot_slack_frac(q, self.now, sp)
+                if k[1]:
+                    excess_min = min(excess_min, slack)
+                else:
+                    ttft_min = min(ttft_min, slack)
+        self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
         self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:
             paused = [q for k, q in decodes if k[0] == 3]
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if k[0] != 3]
+        if self.contract_first:
+            paused = [q for k, q in decodes if k[1]]
+            self.context -= sum(q.num_computed_tokens for q in paused)
+            decodes = [(k, q) for k, q in decodes if not k[1]]
         safety = v.tbt_safety
         hot_caps = [safety * g for g in hot_tbt] if ab.chunking_enabled else []
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
@@ -215,6 +228,8 @@ class StepFill:
     def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
         cls = key[0]
         v = self.v
+        if key[1] and self.contract_first:
+            return  # excess waits while in-contract hot prompts are served (see _limits)
         if is_waiting and cls > 1 and (self._admit_closed
                                        or self.n_running >= v.config.max_num_seqs):
             return  # cheap exit: _admit would refuse it (matters with a long queue)

@@ -25,7 +25,8 @@ from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
 from inference.scheduler.laser.admission import check_cold, check_hot
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
-from inference.scheduler.laser.fill import MIN_HOT_CHUNK, FillResult, FillView, StepFill
+from inference.scheduler.laser.fill import FillResult, FillView, StepFill
+from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.reserve import HotReserve
@@ -36,14 +37,13 @@ from inference.scheduler.laser.slack import (
     prefill_left,
 )
 from inference.scheduler.laser.state import LaserState, PauseState
-from inference.scheduler.laser.triage import HotJob, late_jobs, prefill_work_s
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
 HOT, WARM, COLD = Tier.HOT, Tier.WARM, Tier.COLD
 
 
-class LaserScheduler(LayerPause, Scheduler):
+class LaserScheduler(HotTriage, LayerPause, Scheduler):
     name = "laser"
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
@@ -127,12 +127,17 @@ class LaserScheduler(LayerPause, Scheduler):
 
     def _key(self, seq: Sequence) -> tuple:
         cls = self.rank(seq)
+        excess = self.excess(seq)  # every tenant's in-contract work first within a class
         if cls in (1, 3) and self.ablations.cold_slack_enabled:
-            return (cls, self.state.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
+            return (cls, excess, self.state.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
         if cls == 0:  # earliest TTFT deadline first: a short prompt need not wait for a long one
             late = 1 if seq.seq_id in self.state.hot_late else 0  # triage: late ones last
-            return (0, late, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
-        return (cls, seq.arrival_time, seq.seq_id)
+            return (0, excess, late, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
+        return (cls, excess, seq.arrival_time, seq.seq_id)
+
+    def excess(self, seq: Sequence) -> int:
+        """1 for traffic above its tenant's contract (while the rule is on), else 0."""
+        return int(not seq.in_contract and self.ablations.contract_first_enabled)
 
     # ---- admission ------------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], now: float) -> None:
@@ -159,76 +164,6 @@ class LaserScheduler(LayerPause, Scheduler):
         if head.tier is HOT:
             st.hot_admitted += 1
             st.hot_seen = (now, head.targets.tbt_p99_s)  # for the pause granularity
-
-    # ---- hot triage -----------------------------------------------------------------------
-    def _hot_pending(self) -> list[Sequence]:
-        """Hot sequences still owed their first token (aged ones keep plain EDF)."""
-        return [s for q in (self.running, self.waiting) for s in q
-                if s.tier is HOT and s.first_token_time is None
-                and s.seq_id not in self.state.aged]
-
-    def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
-        # the fill gives hot prefill at least MIN_HOT_CHUNK a step even when the TBT cap
-        # leaves less (on a slow CPU it can leave a token or none: priced at one token a step,
-        # 16 simultaneous chats looked three times deeper than they were and were refused)
-        step = min(max(self.state.hot_step_tokens, MIN_HOT_CHUNK),
-                   self.config.long_prefill_chunk)
-        work = prefill_work_s(self.speeds, step, getattr(self.cost, "prefill_attn_s", None))
-        demote = self.ablations.demotion_enabled
-        return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s),
-                       demote and s.targets.demotable) for s in seqs]
-
-    def _triage(self, now: float, changes: list) -> None:
-        """Mark the hot requests to serve late; demote those whose contract allows it (they
-        would miss their TTFT anyway: warm tells the client instead of failing it)."""
-        st = self.state
-        pending = self._hot_pending()
-        late = late_jobs(self._hot_jobs(pending), now) if len(pending) > 1 else set()
-        if late and self.ablations.demotion_enabled:
-            for seq in pending:
-                if seq.seq_id in late and seq.targets.demotable and self._may_demote():
-                    late.discard(seq.seq_id)
-                    self._retier(seq.request_id, HOT, WARM, now, changes,
-                                 "time to first token out of reach in a hot burst")
-                    st.demoted.add(seq.request_id)
-                    st.num_demotions += 1
-                    st.triage_demotions += 1
-        for seq_id in late ^ st.hot_late:
-            self._moved(seq_id)
-        st.hot_late = late
-
-    def _may_demote(self) -> bool:
-        """Triage demotes within ``triage_demotion_budget`` of the hot requests admitted."""
-        budget = self.policy.triage_demotion_budget * self.state.hot_admitted
-        return self.state.triage_demotions + 1 <= budget
-
-    def _check_hot_triage(self, head: Sequence, now: float) -> None:
-        """Refuse a hot request that triage would serve late *and* that would wait, behind the
-        on-time work and the late work due before it, past the overload factor.
-
-        Its own prefill is not counted: overload is about the queue. A prompt whose prefill
-        alone exceeds the limit (a long one on a CPU) would otherwise be refused on an idle
-        engine, and on every retry, so it could never be served at all. For the same reason a
-        request with no work in front of it is never refused, however long it already waited
-        (the first request of a process waits for the engine to load: a clean CI run saw it
-        refused at "2.05 s" with nothing queued).
-        """
-        jobs = self._hot_jobs(self._hot_pending() + [head])
-        late = late_jobs(jobs, now)
-        if head.seq_id not in late or (self.ablations.demotion_enabled
-                                       and head.targets.demotable and self._may_demote()):
-            return  # on time, or served as warm (demoted at the next step)
-        mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
-        ahead = sum(j.work_s for j in jobs if j.seq_id != head.seq_id
-                    and (j.seq_id not in late or (j.deadline, j.seq_id) <= mine))
-        if ahead <= 0:
-            return
-        wait = now - head.arrival_time + ahead
-        limit = self.policy.overload_ttft_factor * head.targets.ttft_p99_s
-        if wait > limit:
-            raise EngineOverloaded(
-                f"hot queue is full: estimated wait before this request's prefill {wait:.2f} s "
-                f"exceeds {limit:.2f} s", tier=head.tier, retry_after_s=round(wait - limit, 3))
 
     def _cold_concurrency(self, seqs: list[Sequence], num_admitted: int) -> int:
         per_seq = max(1, seqs[0].num_tokens + seqs[0].remaining_output)
@@ -372,7 +307,8 @@ class LaserScheduler(LayerPause, Scheduler):
         action = self.pressure.update(now, pressured, bool(st.demoted))
         if action == "demote":
             hot = [s for s in self.running + self.waiting if s.tier is HOT]
-            for rid in pick_demotions(hot, p.demote_fraction):
+            for rid in pick_demotions(hot, p.demote_fraction,
+                                      excess_first=self.ablations.contract_first_enabled):
                 self._retier(rid, HOT, WARM, now, changes,
                              f"sustained hot pressure: slack under {p.pressure_slack_frac:.0%} "
                              f"of target for {p.pressure_window_s:g} s")

@@ -21,6 +21,7 @@ class LaserState:
     hot_admitted: int = 0
     triage_demotions: int = 0
     num_demotions: int = 0
+    overload_demotions: int = 0  # late hot requests served as warm (any contract)
     hot_seen: tuple[float, float] | None = None  # last hot admission: time, TBT target
     hot_refused: bool = False  # a hot request was refused since the last step
     hot_min_slack: float = math.inf  # least hot slack (fraction of target) in the last step
