@@ -1,4 +1,4 @@
-"""Schedulers: one interface, several policies. ``fcfs`` and ``priority`` (baselines),
+"""Schedulers: one interface, several policies. ``fcfs``, ``priority`` and ``edf`` (baselines),
 ``partitioned`` (static per-tier pools, what operators do today) and ``laser`` (tier-aware)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from inference.kv.block_manager import BlockManager
 from inference.scheduler.base import Scheduler
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, EwmaCostEstimator, LinearCost
-from inference.scheduler.fcfs import FCFSScheduler, PriorityScheduler
+from inference.scheduler.fcfs import EDFScheduler, FCFSScheduler, PriorityScheduler
 from inference.scheduler.laser import LaserAblations, LaserPolicyConfig, LaserScheduler
 from inference.scheduler.partitioned import PartitionedScheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan, StepResult
@@ -15,6 +15,7 @@ from inference.scheduler.plan import ScheduledSeq, StepPlan, StepResult
 POLICIES: dict[str, type[Scheduler]] = {
     FCFSScheduler.name: FCFSScheduler,
     PriorityScheduler.name: PriorityScheduler,
+    EDFScheduler.name: EDFScheduler,
     PartitionedScheduler.name: PartitionedScheduler,
     LaserScheduler.name: LaserScheduler,
 }

@@ -22,7 +22,7 @@ from inference.sim.scenarios import SCENARIOS
 from inference.sim.summary import summarize
 from inference.sim.traces import TraceRequest, read_jsonl
 
-BASELINE_ORDER = ["laser", "fcfs", "priority", "partitioned"]
+BASELINE_ORDER = ["laser", "fcfs", "priority", "edf", "partitioned"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
