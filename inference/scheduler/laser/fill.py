@@ -11,7 +11,8 @@ on the blocks the chunks before it took and the victims before it freed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as Seqs
 from dataclasses import dataclass
 
 from inference.kv.block_manager import BlockCopy, BlockManager
@@ -31,15 +32,17 @@ Chunk = tuple[ScheduledSeq, list[BlockCopy]]
 
 @dataclass(frozen=True, slots=True)
 class FillView:
-    """What one step's fill reads. ``key`` is the policy's sort key (class first);
+    """What one step's fill reads (the queues are the policy's own lists: the fill only
+    reads them). ``key`` is the policy's sort key (class first), ``keys`` its cache;
     ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
     ``hold_tokens``/``hold_blocks`` the hot reserve; ``has_held`` whether a paused forward
     holds sequences (and blocks)."""
 
     now: float
-    running: tuple[Sequence, ...]
-    waiting: tuple[Sequence, ...]
+    running: Seqs[Sequence]
+    waiting: Seqs[Sequence]
     key: Callable[[Sequence], tuple]
+    keys: Mapping[str, tuple]
     config: SchedulerConfig
     policy: LaserPolicyConfig
     ablations: LaserAblations
@@ -115,10 +118,10 @@ class StepFill:
 
     def _run(self) -> None:
         v = self.v
-        key = v.key
+        key, keys = v.key, v.keys
         keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
-        waiting = [(key(q), q) for q in v.waiting]
+        waiting = [(keys.get(q.seq_id) or key(q), q) for q in v.waiting]
         if self.mode != "all":  # class 0 only, or all but class 0
             hot = self.mode == "hot"
             keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]

@@ -226,7 +226,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _view(self, now: float, mode: str) -> FillView:
         ab, budget = self.ablations, self.config.max_num_batched_tokens
         return FillView(
-            now=now, running=tuple(self.running), waiting=tuple(self.waiting), key=self.key,
+            now=now, running=self.running, waiting=self.waiting, key=self.key, keys=self._keys,
             config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
             pause_cap_s=self.pause_step_cap_s(now) if mode == "other" else None,
