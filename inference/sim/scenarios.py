@@ -160,4 +160,43 @@ def nn_b_alone(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
     return noisy_neighbours(load, duration_s, seed, root, with_a=False)
 
 
-SCENARIOS = {"S1": s1, "S2": s2, "NN": noisy_neighbours, "NN-B": nn_b_alone}
+def multi_turn(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+               root: Path | None = None) -> list[TraceRequest]:
+    """Multi-turn chat with prefix sharing: sessions start at ``0.5 x load`` a second, each
+    of eight tenants'; a session has 1 + a geometric number of turns (mean 4 in all), the
+    first turn's prompt from the conversation trace, each later turn's prompt the whole
+    conversation so far plus a new message of 20-200 tokens, its output from the trace
+    (at most 600), and a think time of mean 20 s after the answer (priced at 30 ms a token).
+    A turn's prompt repeats the previous turn's prompt blocks (``prefix_blocks``), so the
+    KV cache serves them; the session ends at 7,000 tokens of context. Hot, nothing demotable;
+    warm = the code trace at ``load``, as in S1."""
+    root, rng = root or traces_dir(), random.Random(seed)
+    rows = _cached(root / CONV, read_azure)
+    out, t, k = [], 0.0, 0
+    while True:
+        t += rng.expovariate(0.5 * load)
+        if t >= duration_s:
+            break
+        k += 1
+        tenant, base = f"t{k % 8}", k << 16
+        _, prompt, _ = rng.choice(rows)
+        at, context = t, 0
+        while at < duration_s:
+            prompt_tokens = context + (prompt if not context else rng.randint(20, 200))
+            output = min(600, rng.choice(rows)[2])
+            if prompt_tokens + output > 7000:
+                break
+            blocks = tuple(base + i for i in range(prompt_tokens // 16))
+            out.append(TraceRequest(at, Tier.HOT, prompt_tokens, output, prefix_blocks=blocks,
+                                    tenant=tenant))
+            context = prompt_tokens + output
+            at += 0.03 * output + rng.expovariate(1 / 20.0)
+            if rng.random() < 0.25:
+                break
+    warm = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.WARM,
+                        "code", rng)
+    return sorted(out + warm, key=lambda r: r.arrival_s)
+
+
+SCENARIOS = {"S1": s1, "S2": s2, "NN": noisy_neighbours, "NN-B": nn_b_alone,
+             "MT": multi_turn}

@@ -3,12 +3,14 @@ plus one step (issue 23), and the noisy-neighbour scenario's contract marks."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
 from inference.sim import SimConfig, simulate
-from inference.sim.scenarios import mark_contract
+from inference.sim.profiles import traces_dir
+from inference.sim.scenarios import mark_contract, multi_turn
 from inference.sim.summary import summarize
 from inference.sim.traces import TraceRequest
 from tests.inference.sim.test_simulator import FlatCost
@@ -64,3 +66,19 @@ def test_contract_marks_follow_a_sliding_minute():
     assert got == [(0, True), (10, True), (20, True), (59, False), (61, True), (70, True),
                    (75, False)]
     assert [r.in_contract for r in marked if r.tenant == "other"] == [True]
+
+
+@pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
+def test_multi_turn_sessions_grow_a_shared_prefix():
+    trace = [r for r in multi_turn(0.5, 300.0) if r.tier is Tier.HOT]
+    by_session: dict[int, list[TraceRequest]] = {}
+    for r in trace:
+        by_session.setdefault(r.prefix_blocks[0] >> 16 if r.prefix_blocks else -1,
+                              []).append(r)
+    later = [turns for key, turns in by_session.items() if key >= 0 and len(turns) > 1]
+    assert later, "no session with a second turn"
+    for turns in later:
+        for a, b in zip(turns, turns[1:]):
+            assert b.arrival_s > a.arrival_s and b.tenant == a.tenant
+            assert b.prompt_tokens > a.prompt_tokens + a.output_tokens - 1
+            assert b.prefix_blocks[:len(a.prefix_blocks)] == a.prefix_blocks
