@@ -147,9 +147,14 @@ class LlamaModel(nn.Module):
         copy of the projections, and faster than float32 oneDNN.
         """
         if matmul_dtype in kernels.QUANT_MODES:
-            if kernels.quant_supported() and kernels.use_native(self.embed_tokens):
+            cfg = self.config
+            blocks_fit = all(k % 32 == 0 for k in (cfg.hidden_size, cfg.intermediate_size,
+                                                   cfg.num_heads * cfg.head_dim))
+            if kernels.quant_supported() and kernels.use_native(self.embed_tokens) and \
+                    blocks_fit:
                 return self._pack_quant(split_decode=matmul_dtype == kernels.QUANT)
-            # no quantized matmul here (no C compiler, no AVX2): what ``auto`` would pick
+            # no quantized matmul here (no C compiler, no AVX2, rows not in 32-blocks): what
+            # ``auto`` would pick else
             matmul_dtype = torch.bfloat16 if kernels.bf16_matmul_supported() else None
         mixed = matmul_dtype is not None
         self.quantized = False
