@@ -16,7 +16,6 @@ from gguf.quants import quantize as gguf_quantize
 import kernels
 from kernels import _cpu
 from kernels._cpu import quant
-from tests.kernels.paged import rel_err
 
 pytestmark = pytest.mark.skipif(_cpu.library() is None, reason="the C kernels do not build here")
 
@@ -60,8 +59,8 @@ def test_dequantised_blocks_equal_ggufs(fmt) -> None:
 def test_gemm_equals_the_float64_product_of_its_operands(fmt, shape, rows) -> None:
     """One part: exactly (up to float32 sums) the dequantised weights times the int8-rounded
     activations, within 1 % of the exact product (relative to the sum of |x| |w|); two parts:
-    within 5e-5 of it (a part keeps about 1/254 of what the one before left). Widths across the 16-output groups, rows
-    across the 4-row tiles."""
+    within 5e-5 of it (a part keeps about 1/254 of what the one before left). Widths across the
+    16-output groups, rows across the 4-row tiles."""
     n, k = shape
     raw, w = _weight(fmt, n, k, seed=rows)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(n))
