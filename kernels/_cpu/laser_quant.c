@@ -10,9 +10,10 @@
  * 127, x ~ e * q) as llama.cpp's Q8 activations, so a block's dot product is
  *     e * (d * (sum u q - off * sum q) + m * sum q)
  * with the integer sum u q on VPDPBUSD (unsigned byte times signed byte, four at a time). Steps
- * with prompt tokens (`split`) quantise the activations in two parts, x ~ e1 q1 + e2 q2 with q2
- * the int8 rounding of what q1 left: about 15 bits kept, the same weights (as the bfloat16
- * matmul's split activations, laser_cpu.c).
+ * with prompt tokens (`split`, and every step in the `quant` mode) quantise the activations in
+ * two parts, x ~ e (256 q1 + q2) with q2 the int8 rounding of what q1 left (scale e = e1 / 256):
+ * about 15 bits kept, the same weights (as the bfloat16 matmul's split activations,
+ * laser_cpu.c); the two integer sums meet as 256 s1 + s2 before the one float step.
  *
  * Packed layout (laser_pack_q, from the GGUF's rows): groups of 16 outputs; per group and block
  * the 16 scales d (float16), Q4_1's 16 minima m (float16), then the values: for Q4_x four
@@ -163,7 +164,7 @@ static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
 /* rows m of x -> rows m * parts + p of a (p = 1: what part 0 left) */
 static void quantize_acts(const void *x, int x_dtype, int64_t M, int64_t K, int parts, qact *a) {
     int64_t nb = K / QK;
-    float row[QK], rest[QK];
+    float row[QK];
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < nb; b++) {
             if (x_dtype == F32)
@@ -173,12 +174,18 @@ static void quantize_acts(const void *x, int x_dtype, int64_t M, int64_t K, int 
                     row[i] = bf16_to_f32(((const uint16_t *)x)[m * K + b * QK + i]);
             int64_t r = m * parts;
             quantize_block(row, a->q + r * K + b * QK, a->e + r * nb + b, a->sum + r * nb + b);
-            if (parts == 2) {
+            if (parts == 2) { /* what q1 left, in steps of e1 / 256 (|rest| <= e1 / 2) */
                 const int8_t *q = a->q + r * K + b * QK;
-                float e = a->e[r * nb + b];
-                for (int i = 0; i < QK; i++) rest[i] = row[i] - e * (float)q[i];
-                quantize_block(rest, a->q + (r + 1) * K + b * QK, a->e + (r + 1) * nb + b,
-                               a->sum + (r + 1) * nb + b);
+                int8_t *q2 = a->q + (r + 1) * K + b * QK;
+                float e = a->e[r * nb + b], e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
+                int32_t s = 0;
+                for (int i = 0; i < QK; i++) {
+                    float v = nearbyintf((row[i] - e * (float)q[i]) * inv);
+                    q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+                    s += q2[i];
+                }
+                a->e[(r + 1) * nb + b] = e2;
+                a->sum[(r + 1) * nb + b] = s;
             }
         }
 }
@@ -203,39 +210,49 @@ static void store_out(const qjob *j, int64_t m, int64_t n0, const float *v, int 
 
 static inline int offset_of(int fmt) { return fmt == Q4_0 ? 8 : fmt == Q8_0 ? 128 : 0; }
 
-/* plain C: the reference every vector path equals */
+/* the integer sum of a block's products with part p of an activation row */
+static inline int32_t block_isum(const uint8_t *blk, int fmt, int hdr, int r, const int8_t *xq,
+                                 int32_t xs) {
+    int32_t isum = -offset_of(fmt) * xs;
+    for (int k = 0; k < QK; k++) {
+        int u;
+        if (fmt == Q8_0) u = blk[hdr + 64 * (k / 4) + 4 * r + k % 4];
+        else {
+            int kk = k % 16;
+            uint8_t v = blk[hdr + 64 * (kk / 4) + 4 * r + kk % 4];
+            u = k < 16 ? v & 15 : v >> 4;
+        }
+        isum += u * xq[k];
+    }
+    return isum;
+}
+
+/* plain C: the reference every vector path equals. With two parts the sums meet as
+ * 256 s1 + s2 at the second part's scale (quantize_acts). */
 static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
     int fmt = j->fmt, bb = laser_q_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
-    int64_t nb = j->K / QK, off = offset_of(fmt);
+    int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
     int count = j->N - g * QG < QG ? (int)(j->N - g * QG) : QG;
     for (int m = 0; m < mr; m++) {
         float acc[QG] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = wg + b * bb;
-            for (int p = 0; p < j->parts; p++) {
-                int64_t row = (m0 + m) * j->parts + p;
-                const int8_t *xq = j->a.q + row * j->K + b * QK;
-                float e = j->a.e[row * nb + b];
-                int32_t xs = j->a.sum[row * nb + b];
-                for (int r = 0; r < QG; r++) {
-                    int32_t isum = (int32_t)(-off * xs);
-                    for (int k = 0; k < QK; k++) {
-                        int u;
-                        if (fmt == Q8_0) u = blk[hdr + 64 * (k / 4) + 4 * r + k % 4];
-                        else {
-                            int kk = k % 16;
-                            uint8_t v = blk[hdr + 64 * (kk / 4) + 4 * r + kk % 4];
-                            u = k < 16 ? v & 15 : v >> 4;
-                        }
-                        isum += u * xq[k];
-                    }
-                    float d = h2f((uint16_t)(blk[2 * r] | blk[2 * r + 1] << 8));
-                    acc[r] = fmaf((float)isum, d * e, acc[r]);
-                    if (fmt == Q4_1) {
-                        float mn = h2f((uint16_t)(blk[32 + 2 * r] | blk[33 + 2 * r] << 8));
-                        acc[r] = fmaf(mn, e * (float)xs, acc[r]);
-                    }
+            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                         : j->a.sum[row * nb + b];
+            for (int r = 0; r < QG; r++) {
+                int32_t isum = 0;
+                for (int p = 0; p < j->parts; p++)
+                    isum = isum * 256 + block_isum(blk, fmt, hdr, r,
+                                                   j->a.q + (row + p) * j->K + b * QK,
+                                                   j->a.sum[(row + p) * nb + b]);
+                float d = h2f((uint16_t)(blk[2 * r] | blk[2 * r + 1] << 8));
+                acc[r] = fmaf((float)isum, d * e, acc[r]);
+                if (fmt == Q4_1) {
+                    float mn = h2f((uint16_t)(blk[32 + 2 * r] | blk[33 + 2 * r] << 8));
+                    acc[r] = fmaf(mn, e * (float)xsum, acc[r]);
                 }
             }
         }
@@ -298,23 +315,27 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                 w[l + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
         }
-        for (int m = 0; m < mr; m++)
+        for (int m = 0; m < mr; m++) {
+            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
+            __m256i isum = _mm256_setzero_si256();
             for (int p = 0; p < j->parts; p++) {
-                int64_t row = (m0 + m) * j->parts + p;
-                const int32_t *xb = (const int32_t *)(j->a.q + row * j->K + b * QK);
-                float e = j->a.e[row * nb + b];
-                int32_t xs = j->a.sum[row * nb + b];
+                const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
+                int32_t xs = j->a.sum[(row + p) * nb + b];
                 __m256i a0 = _mm256_set1_epi32(-off * xs), a1 = _mm256_setzero_si256();
                 for (int l = 0; l < 8; l += 2) {
                     a0 = dp256(a0, w[l], _mm256_set1_epi32(xb[l]), VNNI, sign_trick);
                     a1 = dp256(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]), VNNI, sign_trick);
                 }
-                a0 = _mm256_add_epi32(a0, a1);
-                __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
-                acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), scale, acc[m]);
-                if (FMT == Q4_1)
-                    acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(e * (float)xs), acc[m]);
+                isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
             }
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                         : j->a.sum[row * nb + b];
+            __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[m]);
+            if (FMT == Q4_1)
+                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(e * (float)xsum), acc[m]);
+        }
     }
     int64_t n0 = g * QG + 8 * h;
     int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
@@ -372,24 +393,29 @@ static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_
             }
         }
 #pragma GCC unroll 4
-        for (int m = 0; m < mr; m++)
+        for (int m = 0; m < mr; m++) {
+            int64_t row = (m0 + m) * PARTS, last = row + PARTS - 1;
+            __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 2
             for (int p = 0; p < PARTS; p++) {
-                int64_t row = (m0 + m) * PARTS + p;
-                const int32_t *xb = (const int32_t *)(j->a.q + row * j->K + b * QK);
-                float e = j->a.e[row * nb + b];
-                int32_t xs = j->a.sum[row * nb + b];
+                const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
+                int32_t xs = j->a.sum[(row + p) * nb + b];
                 __m512i a0 = _mm512_set1_epi32(-off * xs), a1 = _mm512_setzero_si512();
                 for (int l = 0; l < 8; l += 2) {
                     a0 = _mm512_dpbusd_epi32(a0, w[l], _mm512_set1_epi32(xb[l]));
                     a1 = _mm512_dpbusd_epi32(a1, w[l + 1], _mm512_set1_epi32(xb[l + 1]));
                 }
                 a0 = _mm512_add_epi32(a0, a1);
-                __m512 scale = _mm512_mul_ps(dv, _mm512_set1_ps(e));
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), scale, acc[m]);
-                if (FMT == Q4_1)
-                    acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(e * (float)xs), acc[m]);
+                isum = p ? _mm512_add_epi32(_mm512_slli_epi32(isum, 8), a0) : a0;
             }
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = PARTS == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                      : j->a.sum[row * nb + b];
+            __m512 scale = _mm512_mul_ps(dv, _mm512_set1_ps(e));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[m]);
+            if (FMT == Q4_1)
+                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(e * (float)xsum), acc[m]);
+        }
     }
     int64_t n0 = g * QG;
     int count = j->N - n0 < QG ? (int)(j->N - n0) : QG;
