@@ -42,6 +42,23 @@ BATCH = {
                                     "cancelled")},
     },
 }
+# PATCH /api/slo/contracts/<tier>: the terms to change (a new contract version), within the
+# tenant's plan unless platform staff send them (naming the tenant).
+_NUMBER = {"type": "number"}
+CONTRACT_UPDATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "tenant": {"type": "string", "description": "platform staff only: the tenant's slug"},
+        **dict.fromkeys(("ttft_p99_s", "tbt_p99_s", "interruption_budget", "demotion_budget",
+                         "priority_weight", "warm_rate_tps", "warm_band", "warm_mean_ttft_s",
+                         "cold_deadline_s", "cold_percentile"), _NUMBER),
+        "demotable": {"type": "boolean"},
+        "requests_per_min": {"type": "integer", "minimum": 1},
+        "tokens_per_min": {"type": "integer", "minimum": 1},
+        "daily_token_budget": {"type": ["integer", "null"], "minimum": 1},
+    },
+}
 _EXPIRY = {"type": "object", "required": ["anchor", "seconds"],
            "properties": {"anchor": {"const": "created_at"},
                           "seconds": {"type": "integer", "minimum": 3600,
@@ -140,6 +157,9 @@ ANNOTATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "batches_cancel", _ok(ref("Batch"), 400, 401, 404), request=None)},
     "apps.slo.api.ContractListApi": {"get": op("slo_contracts", _ok(_ANY_LIST, 401, 403),
                                                parameters=[_query("tenant")])},
+    "apps.slo.api.ContractUpdateApi": {"patch": op(
+        "slo_contract_update", _ok({"type": "object"}, 400, 401, 403, 404),
+        request={"application/json": CONTRACT_UPDATE})},
     "apps.slo.api.FulfilmentApi": {"get": op("slo_fulfilment",
                                              _ok({"type": "object"}, 400, 401, 403),
                                              parameters=_SLO_FILTER)},

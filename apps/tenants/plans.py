@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from apps.tenants.models import Plan, PlanTier, Tenant
 
@@ -40,6 +41,17 @@ DEFAULT_BOUNDS: dict[str, float | int | None] = {
 # unlimited daily budget is outside the plan's bound.
 DEFAULT_PLAN_TERMS: dict[str, object] = {"daily_token_budget": 10_000_000}
 BOUND_FIELDS = tuple(DEFAULT_BOUNDS)
+# The default plan's tenant-wide caps start from the settings the gateway used before plans.
+LIMIT_SETTINGS = {"max_inflight_per_key": "LASER_KEY_MAX_INFLIGHT",
+                  "max_inflight_per_tenant": "LASER_TENANT_MAX_INFLIGHT",
+                  "max_sockets_per_key": "LASER_KEY_MAX_SOCKETS"}
+
+
+def default_plan_limits() -> dict[str, int]:
+    """The default plan's caps from those settings, else the model's defaults."""
+    fields = {f.name: f.get_default() for f in Plan._meta.fields}
+    return {name: int(getattr(settings, setting, fields[name]))
+            for name, setting in LIMIT_SETTINGS.items()}
 
 
 @dataclass(frozen=True, slots=True)

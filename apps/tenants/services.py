@@ -17,6 +17,7 @@ from apps.tenants.plans import (
     DEFAULT_PLAN_NAME,
     DEFAULT_PLAN_TERMS,
     default_plan,
+    default_plan_limits,
 )
 
 _PREFIX_ATTEMPTS = 5
@@ -50,7 +51,7 @@ def plan_ensure_default() -> Plan:
     plan = default_plan()
     if plan is not None:
         return plan
-    plan, _ = Plan.objects.get_or_create(name=DEFAULT_PLAN_NAME)
+    plan, _ = Plan.objects.get_or_create(name=DEFAULT_PLAN_NAME, defaults=default_plan_limits())
     plan.is_default = True
     plan.save(update_fields=["is_default"])
     for tier in Tier.values:

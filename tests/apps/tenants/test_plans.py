@@ -104,3 +104,13 @@ def test_a_plans_own_default_contract_is_used():
     tenant = tenant_create(name="G", slug="g", plan=gold)
     hot = SLOContract.objects.get(tenant=tenant, tier="hot")
     assert hot.ttft_p99_s == 0.5 and hot.daily_token_budget is None  # no plan override
+
+
+def test_a_recreated_default_plan_takes_its_caps_from_the_settings(settings):
+    settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_KEY_MAX_SOCKETS = 7, 3
+    Tenant.objects.update(plan=None)
+    Plan.objects.all().delete()
+    limits = tenant_limits(tenant_create(name="Z", slug="z", default_contracts=False))
+    assert (limits.plan, limits.max_inflight_per_key, limits.max_sockets_per_key) == \
+        ("Standard", 7, 3)
+    assert limits.max_inflight_per_tenant == settings.LASER_TENANT_MAX_INFLIGHT
