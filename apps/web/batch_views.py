@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.batches.files import file_content, file_create, file_get
+from apps.batches import uploads
+from apps.batches.files import file_content, file_create
 from apps.batches.presenters import batch_object
 from apps.batches.selectors import batches_list, request_counts_many
 from apps.batches.services import CANCELLABLE, batch_cancel, batch_create
+from apps.batches.storage import PART_BYTES
 from apps.batches.validation import ENDPOINTS
 from apps.web.access import is_member, tenant_page
 from laser_platform.errors import APIError, NotFoundError
@@ -53,11 +57,11 @@ def _progress(tenant: Any) -> list[dict[str, Any]]:
 
 
 def _page(request: HttpRequest, *, error: APIError | None = None, status: int = 200,
-          started: str = "") -> HttpResponse:
+          started: str = "", form: Any = None) -> HttpResponse:
     context = {"section": "batches", "batches": _progress(request.tenant),
                "can_start": is_member(request.user, request.tenant),
                "endpoints": sorted(ENDPOINTS), "error": error, "started": started,
-               "form": request.POST}
+               "form": request.POST if form is None else form}
     return render(request, "web/batches.html", context, status=status)
 
 
@@ -78,26 +82,36 @@ def batches_progress(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"batches": shown, "html": rows})
 
 
+@csrf_exempt  # checked by _start, once the upload handlers are in place
 @require_POST
 @tenant_page
 def batch_start(request: HttpRequest) -> HttpResponse:
-    """Upload the file and create the batch; a refused file or window re-renders the form.
-    Its lines run as the signed-in user, so only members of the tenant start batches."""
+    """Upload the file (streamed to disk, capped like ``POST /v1/files``) and create the batch;
+    a refused file or window re-renders the form. Its lines run as the signed-in user, so only
+    members of the tenant start batches."""
     if not is_member(request.user, request.tenant):
         raise PermissionDenied("Batches run as a member of the tenant.")
-    upload = request.FILES.get("file")
     try:
-        if upload is None:
-            raise APIError("Choose a JSONL file to upload.", status=400, param="file",
-                           code="missing_required_parameter")
-        stored = file_create(tenant=request.tenant, filename=upload.name, content=upload.read(),
-                             purpose="batch")
-        batch = batch_create(tenant=request.tenant, api_key=None, created_by=request.user,
-                             input_file_id=stored.uid,
-                             endpoint=request.POST.get("endpoint"),
-                             completion_window=request.POST.get("completion_window", ""))
+        uploads.cap(SimpleNamespace(META=request.META, _request=request), tenant=request.tenant)
+    except APIError as exc:  # refused by its declared size: the body stays unread
+        return _page(request, error=exc, status=exc.status, form={})
+    try:
+        return _start(request)
     except APIError as exc:
         return _page(request, error=exc, status=exc.status)
+
+
+@csrf_protect
+def _start(request: HttpRequest) -> HttpResponse:
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise APIError("Choose a JSONL file to upload.", status=400, param="file",
+                       code="missing_required_parameter")
+    stored = file_create(tenant=request.tenant, filename=upload.name or "upload.jsonl",
+                         content=upload.chunks(PART_BYTES), size=upload.size, purpose="batch")
+    batch = batch_create(tenant=request.tenant, api_key=None, created_by=request.user,
+                         input_file_id=stored.uid, endpoint=request.POST.get("endpoint"),
+                         completion_window=request.POST.get("completion_window", ""))
     return redirect(f"/batches/?started={batch.uid}")
 
 
@@ -117,10 +131,10 @@ def batch_cancel_view(request: HttpRequest, batch_id: str) -> HttpResponse:
 @tenant_page
 def file_download(request: HttpRequest, file_id: str) -> HttpResponse:
     try:
-        found = file_get(tenant=request.tenant, file_id=file_id)
-        content = file_content(tenant=request.tenant, file_id=file_id)
+        found, chunks = file_content(tenant=request.tenant, file_id=file_id)
     except NotFoundError as exc:
         raise Http404(exc.message) from exc
-    response = HttpResponse(content, content_type="application/jsonl")
+    response = StreamingHttpResponse(chunks, content_type="application/jsonl")
+    response["Content-Length"] = str(found.bytes)
     response["Content-Disposition"] = f'attachment; filename="{found.filename}"'
     return response

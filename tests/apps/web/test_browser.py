@@ -87,7 +87,10 @@ def _chat(page) -> None:
     second = _chat_turn(page, "And of Italy?", 1)
     for turn in (first, second):
         assert turn["text"].strip()
-        assert "served hot" in turn["metrics"] and "TTFT" in turn["metrics"]
+        # hot, unless the scheduler demoted it on this busy machine: then the page says so
+        served = turn["metrics"].split("TTFT")[0].strip()
+        assert served == "served hot" or (served == "served warm" and turn["demoted"]), turn
+        assert "TTFT" in turn["metrics"]
         assert "tokens/s" in turn["metrics"] and "contract p99" in turn["metrics"]
     partial = {s for s in streamed if s and s != first["text"] and first["text"].startswith(s)}
     assert partial, "the first answer appeared all at once, not streamed"

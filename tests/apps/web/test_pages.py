@@ -158,7 +158,7 @@ def test_another_tenants_batch_and_file_are_404(world, django_capture_on_commit_
     assert world.admin.post(f"/batches/{theirs['id']}/cancel").status_code == 404
     assert world.admin.get(f"/files/{their_file.uid}/content").status_code == 404
     own = world.b_admin.get(f"/files/{their_file.uid}/content")
-    assert own.status_code == 200 and b'"custom_id": "r0"' in own.content
+    assert own.status_code == 200 and b'"custom_id": "r0"' in b"".join(own.streaming_content)
     assert world.b_admin.post(f"/batches/{theirs['id']}/cancel")["Location"] == "/batches/"
 
 
@@ -171,3 +171,16 @@ def test_the_login_is_throttled(world, user_factory, settings):
     assert Client().post("/login/", {"username": "eve", "password": "x"}).status_code == 429
     right = Client().post("/login/", {"username": "eve", "password": "pw-correct-horse"})
     assert right.status_code == 429  # locked out even with the right password
+
+
+def test_an_upload_over_the_limit_is_a_413_on_the_page(world, settings):
+    settings.LASER_BATCH_MAX_FILE_BYTES = 200
+    response = _upload(world.member, lines=5)  # about 1 kB
+    assert response.status_code == 413 and 'id="batch-error"' in response.content.decode()
+    assert world.member.get("/batches/progress.json").json()["batches"] == []
+
+
+def test_the_upload_form_is_csrf_protected(world, user_factory):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user_factory(tenant=world.a))
+    assert _upload(strict).status_code == 403

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('batches', '0002_progress_and_kept_counts'),
+        ('batches', '0003_file_parts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
