@@ -21,11 +21,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
-from django.http.multipartparser import MultiPartParserError
 
 logger = logging.getLogger("laser.errors")
-# Not server errors: Django's exception handling turns them into 4xx responses.
-_CLIENT_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 
 HEADER = "X-Request-Id"
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -67,9 +64,10 @@ class RequestIdMiddleware:
             response[HEADER] = request_id_for(request)
         return response
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if isinstance(exception, _CLIENT_ERRORS):
-            return None  # Django answers these itself: 403, 404, 400 (handler403/404/400)
+    def process_exception(self, request: HttpRequest,
+                          exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, (Http404, PermissionDenied, SuspiciousOperation, BadRequest)):
+            return None  # Django answers these with 404/403/400 (handler404, ...), not a 500
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)

@@ -201,10 +201,12 @@ TEXT_COMPLETION = _completion_object("text_completion", {
     "properties": {"index": {"type": "integer"}, "finish_reason": _FINISH,
                    "logprobs": {"type": ["object", "null"]}, "text": {"type": "string"}}})
 SSE = {
-    "type": "string",
-    "description": "Server-Sent Events: `data: <chunk JSON>` per delta (`chat.completion.chunk` "
-                   "or `text_completion` objects), an error object as a `data:` event if the "
-                   "request fails mid-stream, then `data: [DONE]`.",
+    "type": "object",
+    "description": "One Server-Sent Event: `data:` is a chunk's JSON (`chat.completion.chunk` "
+                   "or `text_completion`), an error object if the request fails mid-stream, "
+                   "and finally the text `[DONE]`.",
+    "required": ["data"],
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
 }
 
 

@@ -9,6 +9,7 @@ from laser_platform.openapi import OpenApiView
 
 urlpatterns = [
     path("", include("apps.core.urls")),
+    path("", include("apps.web.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.gateway.urls")),
     path("", include("apps.batches.urls")),

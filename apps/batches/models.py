@@ -14,6 +14,12 @@ from django.db import models
 from apps.tenants.models import ApiKey, Tenant
 
 
+def could_be_id(value: str) -> bool:
+    """Whether ``value`` could be a stored public id. PostgreSQL refuses a text parameter with
+    a NUL byte (a 500 if sent), and no id is longer than the column."""
+    return isinstance(value, str) and len(value) <= 40 and "\x00" not in value
+
+
 def new_file_id() -> str:
     return f"file-{secrets.token_hex(12)}"
 
@@ -27,7 +33,9 @@ class BatchFile(models.Model):
 
     The database (not a directory) holds the bytes so that web front ends and Celery workers on
     different machines see the same files with no shared filesystem, and a file and the rows
-    that reference it commit together.
+    that reference it commit together. The bytes live in ``BatchFilePart`` rows of at most
+    ``PART_BYTES`` each, written and read one part at a time (``storage.py``), so no process
+    holds a whole file in memory.
     """
 
     class Purpose(models.TextChoices):
@@ -39,7 +47,6 @@ class BatchFile(models.Model):
     filename = models.CharField(max_length=255)
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     bytes = models.BigIntegerField()
-    content = models.BinaryField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
@@ -49,6 +56,17 @@ class BatchFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.uid} ({self.filename})"
+
+
+class BatchFilePart(models.Model):
+    """Bytes ``[seq * PART_BYTES, (seq + 1) * PART_BYTES)`` of a file."""
+
+    file = models.ForeignKey(BatchFile, on_delete=models.CASCADE, related_name="parts")
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["file", "seq"], name="batch_file_part")]
 
 
 class BatchStatus(models.TextChoices):

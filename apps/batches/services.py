@@ -18,8 +18,16 @@ from django.utils import timezone
 
 from apps.batches import dispatch
 from apps.batches.files import expiry_seconds, file_get
-from apps.batches.models import Batch, BatchFile, BatchLine, BatchStatus, LineStatus
+from apps.batches.models import (
+    Batch,
+    BatchFile,
+    BatchLine,
+    BatchStatus,
+    LineStatus,
+    could_be_id,
+)
 from apps.batches.reports import report_batch_state, report_line
+from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
 from apps.slo.selectors import contract_for
@@ -37,10 +45,10 @@ def _check_metadata(metadata: Any) -> dict | None:
         return None
     ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
         isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
-        for k, v in metadata.items())
+        and "\x00" not in k + v for k, v in metadata.items())
     if not ok:
         raise BadRequestError("'metadata' takes at most 16 string pairs (keys up to 64 "
-                              "characters, values up to 512).", param="metadata",
+                              "characters, values up to 512, no NUL).", param="metadata",
                               code="invalid_value")
     return metadata
 
@@ -80,7 +88,8 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
 
 
 def batch_get(*, tenant: Tenant, batch_id: str) -> Batch:
-    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first()
+    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first() \
+        if could_be_id(batch_id) else None
     if found is None:
         raise NotFoundError(f"No such Batch object: {batch_id}", param="batch_id",
                             code="batch_not_found")
@@ -114,16 +123,15 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
     if batch is None or batch.status != BatchStatus.VALIDATING:
         return batch
-    content = (BatchFile.objects.filter(pk=batch.input_file_id)
-               .values_list("content", flat=True).first())
+    present = BatchFile.objects.filter(pk=batch.input_file_id).exists()
     contract = contract_for(tenant=batch.tenant, tier=COLD)
-    if content is None or contract is None:
-        why = "The input file was deleted." if content is None else "No cold contract."
+    if not present or contract is None:
+        why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
     try:
-        result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
-                                api_key=batch.api_key, contract=contract)
+        result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
+                                tenant=batch.tenant, api_key=batch.api_key, contract=contract)
     except DatabaseError:
         raise  # transient: the task fails and the sweep re-dispatches the batch
     except Exception:  # a bug must fail the batch visibly, not leave it validating for a day

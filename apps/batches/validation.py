@@ -59,7 +59,8 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
         if name not in row:
             return _error("missing_required_parameter", f"Missing '{name}'.", line_no, name)
     custom_id = row["custom_id"]
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID \
+            or "\x00" in custom_id:
         return _error("invalid_custom_id",
                       f"'custom_id' must be a non-empty string of at most {MAX_CUSTOM_ID} "
                       "characters.", line_no, "custom_id")
@@ -71,7 +72,25 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
                       line_no, "url")
     if not isinstance(row["body"], dict):
         return _error("invalid_body", "'body' must be a JSON object.", line_no, "body")
+    if _has_nul(row["body"]):  # PostgreSQL's jsonb cannot hold it
+        return _error("invalid_body", "'body' contains U+0000 (NUL), which batch input cannot "
+                      "hold.", line_no, "body")
     return None
+
+
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _refusal(body: dict, endpoint: str, *, tenant: Any, api_key: Any,

@@ -122,8 +122,11 @@ class LlamaModel(nn.Module):
         self.cos_sin_cache: torch.Tensor | None = None
         self.lm_head_packed: torch.Tensor | None = None
         self.lm_head_screen: torch.Tensor | None = None  # bfloat16 head, see compute_logits
+        self.quantized = False  # pack_linears(kernels.QUANT) took: see _pack_quant
+        # state-dict name -> (GGML type, raw GGUF rows): set by the loader for a GGUF on CPU
+        self.quant_blocks: dict[str, tuple[int, torch.Tensor]] = {}
 
-    def pack_linears(self, matmul_dtype: torch.dtype | None = None,
+    def pack_linears(self, matmul_dtype: torch.dtype | str | None = None,
                      native_gemm: bool = False) -> bool:
         """Keep a packed copy of every projection and the LM head for ``kernels.linear``
         (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
@@ -143,7 +146,18 @@ class LlamaModel(nn.Module):
         weights rounded; ``_cpu.PackedBF16.split_view``) instead of a float32 copy: no second
         copy of the projections, and faster than float32 oneDNN.
         """
+        if matmul_dtype in kernels.QUANT_MODES:
+            cfg = self.config
+            blocks_fit = all(k % 32 == 0 for k in (cfg.hidden_size, cfg.intermediate_size,
+                                                   cfg.num_heads * cfg.head_dim))
+            if kernels.quant_supported() and kernels.use_native(self.embed_tokens) and \
+                    blocks_fit:
+                return self._pack_quant(split_decode=matmul_dtype == kernels.QUANT)
+            # no quantized matmul here (no C compiler, no AVX2, rows not in 32-blocks): what
+            # ``auto`` would pick else
+            matmul_dtype = torch.bfloat16 if kernels.bf16_matmul_supported() else None
         mixed = matmul_dtype is not None
+        self.quantized = False
         for layer in self.layers:
             attn = layer.attn
             weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
@@ -164,6 +178,33 @@ class LlamaModel(nn.Module):
         self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype, native_gemm)
                                if mixed and matmul_dtype != head.dtype else None)
         return self.lm_head_packed is not None
+
+    def _pack_quant(self, split_decode: bool) -> bool:
+        """``pack_linears(kernels.QUANT or Q8)``: every projection and the LM head screen on
+        the quantized matmul, from the GGUF's own blocks (``quant_blocks``; a weight without
+        them is quantised to Q8_0). Steps with prompt tokens quantise their activations in two
+        parts (``PackedQuant.split_view``), decode steps too with ``split_decode`` (QUANT):
+        with one part, 4 of bench/cpu_precision.py's 8 answers left float32's, with two none
+        did. The head screens every step, prompts included: its ``SCREEN_TOP`` best logits
+        are rescored in float32 on the dequantised weights, so the greedy choice is exact
+        there too, and no step reads the 113 MB float32 head."""
+        for i, layer in enumerate(self.layers):
+            attn = layer.attn
+            names = ("attn.qkv_weight", "attn.o_weight", "gate_up_weight", "down_weight")
+            weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
+            packs = tuple(kernels.pack_quant_weight(w, self.quant_blocks.get(f"layers.{i}.{n}"))
+                          for n, w in zip(names, weights))
+            split = tuple(p.split_view() for p in packs)
+            decode = split if split_decode else packs
+            attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = decode
+            layer.exact_packs = split
+            layer.one_call = attn.qkv_bias is None
+        name = "embed_tokens" if self.lm_head is None else "lm_head"
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        self.lm_head_packed = kernels.pack_linear_weight(head)
+        self.lm_head_screen = kernels.pack_quant_weight(head, self.quant_blocks.get(name))
+        self.quantized = True
+        return True
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
         """(Re)build the rotary cache on `device`; call after the weights are in place."""
@@ -200,7 +241,7 @@ class LlamaModel(nn.Module):
         that carry the probability mass are exact, the far tail is off by bfloat16 rounding.
         """
         weight = self.embed_tokens if self.lm_head is None else self.lm_head
-        if self.lm_head_screen is None or exact:
+        if self.lm_head_screen is None or (exact and not self.quantized):
             return kernels.linear(hidden, weight, self.lm_head_packed)
         logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
         top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]

@@ -42,7 +42,9 @@ LASER_APPS = [
     "apps.gateway",
     "apps.slo",
     "apps.batches",
+    "apps.web",
 ]
+LOGIN_URL = "/login/"
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [

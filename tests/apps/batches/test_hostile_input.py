@@ -105,3 +105,37 @@ def test_an_unexpected_validation_error_fails_the_batch_visibly(api, queue, cold
     batch = _run_validation(api, queue, cold, [chat_line("a", "x")])
     assert batch.status == "failed" and batch.errors["data"][0]["code"] == "invalid_file"
     assert "RuntimeError: bug" in caplog.text
+
+
+@pytest.mark.parametrize("path", ["/v1/files/file-\x00x", "/v1/batches/batch_\x00x",
+                                  "/v1/batches/batch_\x00x/cancel", "/v1/files?after=a\x00",
+                                  "/v1/batches?after=a\x00", "/v1/files?purpose=b\x00",
+                                  "/v1/files/" + "f" * 300])
+def test_ids_postgresql_cannot_hold_are_not_found_not_a_500(api, path):
+    method = api.post if path.endswith("/cancel") else api.get
+    response = method(path)
+    assert response.status_code in (200, 404), response.content
+    if response.status_code == 200:
+        assert response.json()["data"] == []
+
+
+@pytest.mark.parametrize("fields", [{"input_file_id": "file-\x00"},
+                                    {"metadata": {"k": "v\x00"}}, {"metadata": {"\x00": "v"}}])
+def test_nul_in_a_batch_create_body_is_a_4xx(api, upload, fields):
+    body = {**_batch_body(upload([chat_line("a", "x")]).uid), **fields}
+    assert _error(_post(api, body))["param"] in ("id", "metadata")  # id: the file not found
+
+
+def test_a_nul_in_a_line_fails_the_batch_naming_the_line(api, queue, cold):
+    batch = _run_validation(api, queue, cold, [chat_line("a\x00", "x"), chat_line("b", "\x00")])
+    assert batch.status == "failed"
+    assert [(e["code"], e["line"]) for e in batch.errors["data"]] == [
+        ("invalid_custom_id", 1), ("invalid_body", 2)]
+
+
+def test_a_nul_in_an_uploaded_file_name_is_dropped(api):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("in\x00.jsonl", jsonl([chat_line("a", "x")]))
+    response = api.post("/v1/files", {"file": upload, "purpose": "batch"}, format="multipart")
+    assert response.status_code == 200 and response.json()["filename"] == "in.jsonl"
