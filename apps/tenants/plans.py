@@ -95,8 +95,17 @@ def plan_of(tenant: TenantRef) -> Plan | None:
 
 
 def tenant_limits(tenant: TenantRef) -> TenantLimits:
-    """Tenant-wide caps of ``tenant``'s plan (1-2 queries; callers on a hot path may cache)."""
-    plan = plan_of(tenant) or Plan(name="")  # no plan at all: the model's defaults
+    """Tenant-wide caps of ``tenant``'s plan.
+
+    No query when ``tenant`` is a Tenant whose plan is loaded (``api_key_resolve``,
+    ``tenant_for_user`` and ``membership_for_user`` load it); else 1-2 queries, so async code
+    without a loaded plan calls ``atenant_limits``.
+    """
+    if isinstance(tenant, Tenant) and tenant.plan_id is not None and \
+            Tenant.plan.is_cached(tenant):
+        plan = tenant.plan
+    else:
+        plan = plan_of(tenant) or Plan(name="")  # no plan at all: the model's defaults
     return TenantLimits(
         plan=plan.name,
         burst_factor=plan.burst_factor,

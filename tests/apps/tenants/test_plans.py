@@ -54,6 +54,16 @@ def test_tenant_limits_are_the_plans_and_default_to_the_default_plan(tenant_fact
     assert plan_of(tenant.pk).is_default and tenant_limits(tenant).max_sockets_per_key == 32
 
 
+def test_tenant_limits_need_no_query_once_the_key_resolved_the_tenant(
+        api_key_factory, django_assert_num_queries):
+    from apps.tenants.selectors import api_key_resolve
+
+    _, raw = api_key_factory()
+    tenant = api_key_resolve(raw, touch=False).tenant
+    with django_assert_num_queries(0):
+        assert tenant_limits(tenant).max_inflight_per_key == 128
+
+
 def test_tier_bounds_per_plan(tenant_factory):
     gold = Plan.objects.create(name="Gold")
     PlanTier.objects.create(plan=gold, tier="hot", min_ttft_p99_s=0.05)
@@ -84,8 +94,9 @@ def test_tenant_create_gives_the_plans_default_contracts():
 def test_any_creation_path_gives_default_contracts(user_factory):
     call_command("create_tenant", "--name", "Cmd", "--slug", "cmd", stdout=io.StringIO())
     assert _tiers(Tenant.objects.get(slug="cmd")) == EXPECTED
-    Tenant.objects.create(name="Raw", slug="raw")  # a service that skips tenant_create
-    assert _tiers(Tenant.objects.get(slug="raw")) == EXPECTED
+    raw = Tenant.objects.create(name="Raw", slug="raw")  # a service skipping tenant_create
+    assert _tiers(raw) == EXPECTED
+    assert raw.plan.is_default and Tenant.objects.get(slug="raw").plan == raw.plan
     client = Client()
     client.force_login(user_factory(is_staff=True, is_superuser=True))
     page = client.get("/admin/tenants/tenant/add/").content.decode()
