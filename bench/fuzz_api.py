@@ -3,13 +3,16 @@
 
     DATABASE_URL=postgres://... .venv/bin/python bench/fuzz_api.py --examples 100
     DATABASE_URL=postgres://... .venv/bin/python bench/fuzz_api.py --paths /v1/completions
+    DATABASE_URL=postgres://... .venv/bin/python bench/fuzz_api.py --examples 0 --links 100
 
 It builds what the test builds (``tests/test_openapi_fuzz.py``): a throwaway PostgreSQL test
 database, a tenant with a contract per tier, a key, a file and a batch, the real engine over the
 tiny random model (``max_model_len`` 256) and uvicorn on a free port; then fuzzes with the same
 checks (no 5xx, documented statuses and response schemas, OpenAI error object on every 4xx).
 Prints requests and statuses per operation and every failure with a curl command, and writes
-``bench/out/fuzz_api.json``. Exit status 1 when anything failed.
+``bench/out/fuzz_api.json``. ``--links N`` adds N stateful scenarios over Files and Batches that
+follow the schema's links (upload -> content, upload -> batch -> retrieve / cancel). Exit
+status 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -56,10 +59,32 @@ def _world() -> dict[str, str]:
     return make_world(tenant, *api_key_create(tenant=tenant))
 
 
+def _links(url: str, key: str, scenarios: int) -> object:
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from tests.openapi_fuzz import Report, fuzz_links
+
+    try:
+        return fuzz_links(url, key, scenarios=scenarios, steps=6)
+    except FlakyStrategyDefinition as exc:  # see fuzz_links
+        print(f"stateful run stopped early by Hypothesis: {str(exc).splitlines()[0]}")
+        return Report()
+
+
+def _merge(first: object, second: object) -> object:
+    for label, statuses in second.statuses.items():
+        for status, n in statuses.items():
+            first.statuses.setdefault(f"{label} (links)", {})[status] = n
+    first.requests += second.requests
+    first.failures += second.failures
+    return first
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=100, help="per operation and mode")
     parser.add_argument("--paths", nargs="*", help="only these paths (default: all)")
+    parser.add_argument("--links", type=int, default=0, help="stateful scenarios (6 steps)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "fuzz_api.json")
     args = parser.parse_args()
 
@@ -67,7 +92,7 @@ def main() -> int:
     from apps.gateway.engine import set_engine_client
     from apps.slo.services import flush_reports
     from tests.apps.gateway.live import LiveServer, start_engine, write_tiny_model
-    from tests.openapi_fuzz import PATH_PARAMETERS, fuzz
+    from tests.openapi_fuzz import PATH_PARAMETERS, Report, fuzz
 
     engine, server = None, LiveServer()
     try:
@@ -78,8 +103,12 @@ def main() -> int:
         set_engine_client(engine)
         server.start()
         started = time.monotonic()
-        report = fuzz(server.url, world["key"], examples=args.examples, paths=args.paths,
-                      path_parameters={k: world[k] for k in PATH_PARAMETERS})
+        report = Report()
+        if args.examples:
+            report = fuzz(server.url, world["key"], examples=args.examples, paths=args.paths,
+                          path_parameters={k: world[k] for k in PATH_PARAMETERS})
+        if args.links:
+            report = _merge(report, _links(server.url, world["key"], args.links))
         elapsed = time.monotonic() - started
         flush_reports()
     finally:

@@ -271,9 +271,35 @@ def only_the_api(endpoints: list[tuple], **kwargs: Any) -> list[tuple]:
             and e[0] != "/v1/openapi.json"]
 
 
+# How a response's ids feed the next request (OpenAPI links; schemathesis follows them):
+# file -> its content, a batch on it -> that batch's retrieve and cancel.
+LINKS = {
+    "files_create": {
+        "RetrieveFile": {"operationId": "files_retrieve",
+                         "parameters": {"file_id": "$response.body#/id"}},
+        "FileContent": {"operationId": "files_content",
+                        "parameters": {"file_id": "$response.body#/id"}},
+        "CreateBatch": {"operationId": "batches_create",
+                        "requestBody": {"input_file_id": "$response.body#/id"}},
+    },
+    "batches_create": {
+        "RetrieveBatch": {"operationId": "batches_retrieve",
+                          "parameters": {"batch_id": "$response.body#/id"}},
+        "CancelBatch": {"operationId": "batches_cancel",
+                        "parameters": {"batch_id": "$response.body#/id"}},
+    },
+}
+
+
 def add_plain_views(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """Postprocessing hook: the plain async views, the shared components, the key schemes."""
+    """Postprocessing hook: the plain async views, the shared components, the key schemes,
+    the links between operations."""
     result["paths"] = {**result.get("paths", {}), **plain_paths()}
+    for operations in result["paths"].values():
+        for operation in operations.values():
+            links = LINKS.get(operation.get("operationId"))
+            if links:
+                operation["responses"]["200"]["links"] = links
     parts = result.setdefault("components", {})
     parts.setdefault("schemas", {}).update({**components(), **openapi_drf.SCHEMAS})
     parts.setdefault("securitySchemes", {}).update({

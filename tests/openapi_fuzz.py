@@ -142,3 +142,35 @@ def fuzz(base_url: str, api_key: str, *, examples: int, path_parameters: dict[st
                            mode=mode, report=report, path_parameters=params,
                            derandomize=derandomize, known=path_parameters)
     return report
+
+
+def fuzz_links(base_url: str, api_key: str, *, scenarios: int, steps: int) -> Report:
+    """schemathesis's stateful run over the Files and Batches operations, following the
+    schema's links (upload -> content, upload -> batch -> retrieve / cancel) with the same
+    checks. Random, not derandomized: the steps draw from earlier responses, which
+    Hypothesis cannot replay; it sometimes stops a run with ``FlakyStrategyDefinition`` for
+    that reason, so this runs in ``bench/fuzz_api.py --links``, not in ``make test``.
+    Failures are collected in the report."""
+    from hypothesis import settings as hypothesis_settings
+
+    schema = schemathesis.openapi.from_url(f"{base_url}/v1/openapi.json")
+    schema = schema.include(path_regex="^/v1/(files|batches)")
+    headers = {"Authorization": f"Bearer {api_key}"}
+    report = Report()
+
+    class Scenario(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": base_url, "headers": headers, "timeout": 60}
+
+        def validate_response(self, response: Any, case: Any, additional_checks: Any = None,
+                              **kwargs: Any) -> None:
+            report.count(case.operation.label, response.status_code)
+            try:
+                case.validate_response(response, checks=CHECKS, headers=headers)
+            except (Exception, BaseExceptionGroup) as exc:  # collected, not replayed
+                report.failures.append(_failure(case, response, exc))
+
+    Scenario.run(settings=hypothesis_settings(
+        max_examples=scenarios, stateful_step_count=steps, deadline=None, database=None,
+        phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+    return report
