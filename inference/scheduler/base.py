@@ -71,7 +71,8 @@ class Scheduler(ABC):
         """The engine reports each measured step; policies that estimate step time learn."""
 
     def reserved_idle_blocks(self) -> int:
-        """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
+        """Free KV blocks this policy keeps from a tier with work waiting for them (the last
+        step's; fragmentation accounting)."""
         return 0
 
     # ---- a step --------------------------------------------------------------------------

@@ -63,14 +63,15 @@ class FillView:
 class FillResult:
     """A step's decisions: ``items`` to run, ``started`` waiting sequences that now run,
     ``preempted`` running ones (their blocks already freed) to requeue, ``finish_paused``
-    when class-0 work needs the paused forward's blocks; and what the policy learns from
-    the step."""
+    when class-0 work needs the paused forward's blocks, ``reserve_kept_out`` when the hot
+    block reserve kept a waiting prompt out; and what the policy learns from the step."""
 
     mode: str
     items: tuple[Chunk, ...]
     started: tuple[Sequence, ...]
     preempted: tuple[Sequence, ...]
     finish_paused: bool
+    reserve_kept_out: bool
     used_by_class: tuple[int, ...]
     hot_blocks: int
     hot_min_slack: float
@@ -93,6 +94,7 @@ class StepFill:
         self.gone: set[str] = set()  # seq ids preempted this step
         self.n_running = len(view.running)
         self.finish_paused = False
+        self.reserve_kept_out = False  # the hot block reserve kept a waiting prompt out
         self.used = 0
         self.used_by_class = [0, 0, 0, 0]
         self.hot_blocks = 0
@@ -112,7 +114,8 @@ class StepFill:
         self._run()
         return FillResult(
             self.mode, tuple(g for g, _ in self.items.values()), tuple(self.started),
-            tuple(self.preempted), self.finish_paused, tuple(self.used_by_class),
+            tuple(self.preempted), self.finish_paused, self.reserve_kept_out,
+            tuple(self.used_by_class),
             self.hot_blocks, self.hot_min_slack, self.hot_cap, self.context,
             self.estimate_s() if self.used else 0.0)
 
@@ -250,7 +253,7 @@ class StepFill:
             # running it keeps nothing out: the reserve would only idle the engine until its
             # window forgot the peak
             if v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks:
-                self._admit_closed = True
+                self._admit_closed = self.reserve_kept_out = True
                 return
         if is_waiting:
             self._admit(key, seq, n)

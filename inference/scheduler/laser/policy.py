@@ -102,8 +102,10 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
 
     def reserved_idle_blocks(self) -> int:
-        """KV blocks held back for hot and not in use right now."""
-        if not self.ablations.reserve_enabled:
+        """KV blocks held back for hot and not in use right now, while the reserve keeps a
+        waiting prompt out (the last step's); free blocks no waiting work was denied are
+        idle whatever the policy, not kept from anyone."""
+        if not (self.ablations.reserve_enabled and self.state.reserve_kept_out):
             return 0
         return min(self.reserve.blocks(self.kv.num_blocks), self.kv.num_free_blocks)
 
@@ -246,6 +248,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _after_step(self, fill: FillResult, now: float) -> None:
         st, budget = self.state, self.config.max_num_batched_tokens
         st.context = fill.context
+        st.reserve_kept_out = fill.reserve_kept_out
         if fill.mode != "other":  # a step without hot work says nothing of hot's slack
             st.hot_min_slack = fill.hot_min_slack
             st.hot_step_tokens = max(1, fill.hot_cap)
