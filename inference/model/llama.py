@@ -49,6 +49,17 @@ class DecoderLayer(nn.Module):
         # float32 ones, or split views of Laser's bfloat16 ones
         self.exact_packs: tuple[torch.Tensor | None, ...] | None = None
         self.one_call = False  # every projection on Laser's matmul, no QKV bias
+        # with one_call: the packs prepared for the C layer, for decode steps and the others
+        self.native_weights: tuple[_cpu.LayerWeights, _cpu.LayerWeights] | None = None
+
+    def set_native_weights(self) -> None:
+        """Prepare the packs for the one-call layer (after packing; ``one_call`` set)."""
+        self.native_weights = None
+        if self.one_call:
+            decode = (self.attn.qkv_packed, self.attn.o_packed, self.gate_up_packed,
+                      self.down_packed)
+            self.native_weights = (_cpu.LayerWeights(decode),
+                                   _cpu.LayerWeights(self.exact_packs or decode))
 
     def packs(self, meta: AttentionMetadata) -> tuple[torch.Tensor | None, ...]:
         """The packed weights for this step: (qkv, o, gate_up, down). Under mixed precision a
@@ -61,17 +72,19 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
-        qkv, o, gate_up, down = self.packs(meta)
-        act = self._native_act(hidden, kv_cache, down)
-        if self.one_call and act is not None and meta.max_query_len <= NATIVE_CHUNK_ROWS:
+        if self.one_call and meta.max_query_len <= NATIVE_CHUNK_ROWS and \
+                self._native(hidden, kv_cache, meta):
             first = residual is None
             residual = hidden if first else residual
             attn = self.attn
             out = _cpu.decoder_layer(
                 hidden, residual, first, (self.input_norm, self.post_attn_norm), self.eps,
-                (qkv, o, gate_up, down), (attn.num_heads, attn.num_kv_heads, attn.head_dim),
-                positions, self.cos_sin_cache, kv_cache, meta, attn.scale)
+                self.native_weights[not meta.is_decode_only],
+                (attn.num_heads, attn.num_kv_heads, attn.head_dim), positions,
+                self.cos_sin_cache, kv_cache, meta, attn.scale)
             return out, residual
+        qkv, o, gate_up, down = self.packs(meta)
+        act = self._native_act(hidden, kv_cache, down, meta)
         raw = act is not None
         hidden, residual = self._add_norm(hidden, self.input_norm, residual, act)
         hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o), act)
@@ -80,13 +93,22 @@ class DecoderLayer(nn.Module):
         hidden = _cpu.silu_and_mul(hidden, act) if raw else kernels.silu_and_mul(hidden)
         return kernels.linear(hidden, self.down_weight, down, raw=raw), residual
 
+    def _native(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata) -> bool:
+        """Whether this step runs on the C kernels (float32 model and cache on a CPU where they
+        build); ``kernels.use_native`` is asked once a step (``meta.native``)."""
+        if kv_cache[0].dtype != torch.float32 or self.input_norm.dtype != torch.float32:
+            return False
+        if meta.native is None:
+            meta.native = kernels.use_native(hidden)
+        return meta.native
+
     def _native_act(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-                    down: torch.Tensor | None) -> torch.dtype | None:
-        """None for the PyTorch/Triton ops; on the C kernels (float32 model and cache on a CPU
-        where they build), the dtype activations travel in between matmuls: bfloat16 under
-        bfloat16-packed weights (what the matmul rounds them to anyway), else float32."""
-        if kv_cache[0].dtype != torch.float32 or self.input_norm.dtype != torch.float32 or \
-                not kernels.use_native(hidden):
+                    down: torch.Tensor | None, meta: AttentionMetadata) -> torch.dtype | None:
+        """None for the PyTorch/Triton ops; on the C kernels, the dtype activations travel in
+        between matmuls: bfloat16 under bfloat16-packed weights (what the matmul rounds them
+        to anyway), else float32."""
+        if not self._native(hidden, kv_cache, meta):
             return None
         return torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
             else torch.float32
@@ -173,6 +195,7 @@ class LlamaModel(nn.Module):
             else:
                 layer.exact_packs = (tuple(kernels.pack_linear_weight(w) for w in weights)
                                      if exact else None)
+            layer.set_native_weights()
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
         self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype, native_gemm)
@@ -199,6 +222,7 @@ class LlamaModel(nn.Module):
             attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = decode
             layer.exact_packs = split
             layer.one_call = attn.qkv_bias is None
+            layer.set_native_weights()
         name = "embed_tokens" if self.lm_head is None else "lm_head"
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)

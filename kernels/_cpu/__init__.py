@@ -295,43 +295,63 @@ def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
     return out
 
 
+class LayerWeights:
+    """The four packed projections of a layer (qkv, o, gate_up, down) as
+    ``laser_decoder_layer`` takes them, prepared once: all :class:`PackedBF16` (plain:
+    bfloat16 activations in decode steps; ``split``: float32 ones in steps with prompt tokens)
+    or all ``quant.PackedQuant`` (float32 activations, each pack with its own ``split``)."""
+
+    __slots__ = ("packs", "act", "pointers", "formats", "intermediate")
+
+    def __init__(self, packs: tuple) -> None:
+        self.packs = packs  # keeps the data alive
+        self.act = packs[0].dtype
+        self.pointers = (ctypes.c_void_p * 4)(*(p.data.data_ptr() for p in packs))
+        self.formats = (ctypes.c_int32 * 4)(*(p.fmt + 256 * p.split if hasattr(p, "fmt") else 0
+                                              for p in packs))
+        self.intermediate = packs[3].in_features
+
+
+def _step_args(positions: torch.Tensor, cos_sin: torch.Tensor, meta) -> tuple:
+    """What ``laser_decoder_layer`` takes from the step, checked once per step."""
+    if meta.native_args is None or meta.native_args[0] is not positions:
+        _check(cos_sin, "cos_sin", torch.float32)
+        _check_all(torch.int64, positions=positions, slot_mapping=meta.slot_mapping)
+        _check_all(torch.int32, block_tables=meta.block_tables, seq_lens=meta.seq_lens,
+                   query_start_loc=meta.query_start_loc)
+        qsl = None if meta.is_decode_only else meta.query_start_loc.data_ptr()
+        meta.native_args = (positions, positions.data_ptr(), cos_sin.data_ptr(),
+                            meta.slot_mapping.data_ptr(), meta.block_tables.data_ptr(),
+                            meta.block_tables.shape[1], meta.seq_lens.data_ptr(), qsl,
+                            meta.num_seqs)
+    return meta.native_args
+
+
 def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
                   norms: tuple[torch.Tensor, torch.Tensor], eps: float,
-                  packs: tuple, heads: tuple[int, int, int],
+                  weights: LayerWeights, heads: tuple[int, int, int],
                   positions: torch.Tensor, cos_sin: torch.Tensor,
                   kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
                   scale: float) -> torch.Tensor:
     """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` on the C kernels
-    and Laser's matmuls in one call. ``packs`` are the (qkv, o, gate_up, down) weights, all
-    :class:`PackedBF16` (plain: bfloat16 activations in decode steps; ``split``: float32 ones
-    in steps with prompt tokens) or all ``quant.PackedQuant`` (float32 activations, each pack
-    its own ``split``); ``heads``
-    is (H, KVH, D). ``residual`` (float32) is updated in place; the first layer passes ``x``
-    itself. Returns the down projection's product, the next layer's ``x``.
+    and Laser's matmuls in one call; ``heads`` is (H, KVH, D). ``residual`` (float32) is
+    updated in place; the first layer passes ``x`` itself. Returns the down projection's
+    product, the next layer's ``x``.
 
     The weights and norms are the model's own (float32, packed once); the tensors that change
-    from step to step are checked here."""
-    act = packs[0].dtype
+    from step to step are checked here, the step's metadata once a step (``_step_args``)."""
+    act = weights.act
     _check(x, "x", *_ACTS)
-    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1],
-               cos_sin=cos_sin)
-    _check_all(torch.int64, positions=positions, slot_mapping=meta.slot_mapping)
-    _check_all(torch.int32, block_tables=meta.block_tables, seq_lens=meta.seq_lens,
-               query_start_loc=meta.query_start_loc)
+    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1])
+    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
     num_tokens, hidden = x.shape
     num_heads, num_kv_heads, head_dim = heads
     k_cache, v_cache = kv_cache
     out = torch.empty((num_tokens, hidden), dtype=act)
-    qsl = None if meta.is_decode_only else meta.query_start_loc.data_ptr()
-    weights = (ctypes.c_void_p * 4)(*(p.data.data_ptr() for p in packs))
-    fmts = (ctypes.c_int32 * 4)(*(getattr(p, "fmt", 0) + 256 * p.split if hasattr(p, "fmt")
-                                  else 0 for p in packs))
     library().laser_decoder_layer(
         x.data_ptr(), DTYPES[x.dtype], residual.data_ptr(), int(first), norms[0].data_ptr(),
-        norms[1].data_ptr(), eps, weights, fmts, DTYPES[act], num_tokens,
-        hidden, num_heads, num_kv_heads, head_dim, packs[3].in_features, positions.data_ptr(),
-        cos_sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), meta.slot_mapping.data_ptr(),
-        k_cache.shape[1], meta.block_tables.data_ptr(), meta.block_tables.shape[1],
-        meta.seq_lens.data_ptr(), qsl, meta.num_seqs, scale, out.data_ptr(),
-        _gemm_threads(num_tokens))
+        norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
+        hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
+        k_cache.data_ptr(), v_cache.data_ptr(), slots, k_cache.shape[1], tables, stride, lens,
+        qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out

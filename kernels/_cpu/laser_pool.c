@@ -45,7 +45,7 @@ static struct {
     _Atomic int64_t done;   /* tasks of the current job finished */
     pool_job jobs[POOL_SLOTS]; /* job of generation g in slot g % POOL_SLOTS */
     _Atomic int spin_us;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -106,10 +106,26 @@ int laser_pool_size(void) { return pool.started + 1; }
 
 void laser_pool_set_spin(int microseconds) { atomic_store(&pool.spin_us, microseconds); }
 
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
+
+/* a forked child (a prefork server's worker) has none of the parent's threads: start afresh */
+static void after_fork_in_child(void) {
+    pool.started = 0;
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.cv, NULL);
+    pthread_mutex_init(&start_mu, NULL);
+    pthread_mutex_init(&run_mu, NULL);
+}
+
 /* make sure `threads` - 1 workers exist (never fewer than before; at most POOL_MAX) */
 void laser_pool_reserve(int threads) {
+    static int registered;
     if (threads - 1 <= pool.started) return;
     pthread_mutex_lock(&start_mu);
+    if (!registered) {
+        pthread_atfork(NULL, NULL, after_fork_in_child);
+        registered = 1;
+    }
     if (threads > POOL_MAX) threads = POOL_MAX;
     while (pool.started < threads - 1) {
         if (pthread_create(&pool.ids[pool.started], NULL, worker,
@@ -119,8 +135,6 @@ void laser_pool_reserve(int threads) {
     }
     pthread_mutex_unlock(&start_mu);
 }
-
-static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 
 /* run fn(arg, 0 .. ntasks - 1) over the caller and up to threads - 1 workers; returns when
  * every task has finished */

@@ -147,3 +147,18 @@ def test_the_pooled_attention_equals_one_thread(threads) -> None:
     _cpu.set_threads(threads)
     assert torch.equal(_cpu.paged_attention(q, k_cache, v_cache, tables, lens, 0.25,
                                             torch.float32), one)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_starts_its_own_pool() -> None:
+    """A prefork server's worker inherits none of the parent's pool threads: the child starts
+    its own instead of waiting on workers that do not exist there."""
+    raw, _ = _weight(quant.Q4_1, 256, 64)
+    packed = quant.pack_q(raw, quant.Q4_1, 256, 64)
+    x = torch.randn(3, 64)
+    want = quant.gemm_q(x, packed, threads=2)  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's verdict is its exit status
+        os._exit(0 if torch.equal(quant.gemm_q(x, packed, threads=2), want) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
