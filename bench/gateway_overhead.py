@@ -78,24 +78,35 @@ class PacedEngine:
     """``--paced-ms``: no model; every stream gets one token per tick, all in the same tick, as
     a batched decode step delivers them. Isolates what the HTTP path adds."""
 
-    engine = type("NoModel", (), {"tokenizer": None})
     ready = True
 
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
 
     async def stats(self) -> Any:
+        return self.stats_now()
+
+    def stats_now(self) -> Any:
         from inference.engine.stats import EngineStats
 
         return EngineStats()
 
+    def token_text(self, token_id: int) -> str:
+        return ""
+
+    async def encode(self, request: Any) -> list[int]:
+        return [0] * 8
+
     async def abort(self, request_id: str) -> None:
+        pass
+
+    def start(self) -> None:
         pass
 
     def stop(self) -> None:
         pass
 
-    async def generate(self, request: Any) -> Any:
+    async def generate(self, request: Any, prompt_ids: list[int] | None = None) -> Any:
         return self._run(request)
 
     async def _run(self, request: Any):

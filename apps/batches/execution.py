@@ -96,9 +96,18 @@ class ChunkRunner:
         done, running = await asyncio.wait(inflight, timeout=10 * settings.LASER_BATCH_POLL_S)
         for task in running:
             task.cancel()
-        for task in done:
+        # let each cancelled line close its Served (slots, reservation) before the loop ends
+        await asyncio.gather(*running, return_exceptions=True)
+        failures: list[BaseException] = []
+        for task in done:  # write what finished; close every Served even if a write fails
             if not task.cancelled() and task.exception() is None:
-                await self._finish(inflight[task], task.result(), requeue=False)
+                try:
+                    await self._finish(inflight[task], task.result(), requeue=False)
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    failures.append(exc)
+                    await task.result().close("interrupted", book=False)
+        if failures:
+            raise failures[0]
 
     async def _run(self) -> ChunkResult:
         limit = settings.LASER_BATCH_CHUNK_CONCURRENCY
@@ -154,8 +163,11 @@ class ChunkRunner:
         to the queue (``requeue``) or stays pending."""
         completion = served.collector.result if served.collector is not None else None
         if completion is not None and all(r in FINISHED for r in completion.finish_reasons):
-            won = await sync_to_async(self._write_success)(line, served)
-            await served.close("ok", book=won)
+            won = False
+            try:
+                won = await sync_to_async(self._write_success)(line, served)
+            finally:
+                await served.close("ok", book=won)
             return
         await served.close("interrupted", code="aborted", book=False)
         if requeue and self.result.stopped is None:

@@ -116,3 +116,13 @@ def upload(cold) -> Callable[..., Any]:
                            content=jsonl(rows), purpose="batch")
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_in_flight():
+    """Every line's serving path released what it held (its slots and the process count)."""
+    yield
+    from apps.gateway.serving import slots
+    from tests.apps.gateway.live import wait_until
+
+    assert wait_until(lambda: not slots._requests, timeout=5), dict(slots._requests)

@@ -20,6 +20,18 @@ def _fresh_limiter(settings: Any) -> Any:
 
 
 @pytest.fixture(autouse=True)
+def _nothing_left_in_flight() -> Any:
+    """Every request released what it held, once: no slot and no process count left over."""
+    yield
+    from apps.gateway.admission import inflight
+    from apps.gateway.slots import slots
+    from tests.apps.gateway.live import wait_until
+
+    assert wait_until(lambda: not slots._requests and inflight.count == 0, timeout=5), (
+        dict(slots._requests), inflight.count)
+
+
+@pytest.fixture(autouse=True)
 def _reports_flushed_per_test(request: Any, settings: Any) -> Any:
     """Reports are written synchronously at the end of each DB test (not by the writer thread
     after the test database is gone)."""

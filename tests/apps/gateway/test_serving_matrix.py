@@ -228,6 +228,13 @@ def test_each_transport_keeps_the_contract(transport, condition, laser_server, t
                 stack.close()
                 got = client.run(client.batch.lines.get(line_no=client.line_no))
                 assert got.status == "succeeded"
+    from apps.gateway.admission import inflight
+    from apps.gateway.serving import Caller, slots
+    from tests.apps.gateway.live import wait_until
+
+    # every exit released what it held, once: nothing of this key or tenant is left in flight
+    assert wait_until(lambda: slots.held(Caller.for_key(api_key)) == (0, 0), timeout=5)
+    assert wait_until(lambda: inflight.count == 0, timeout=5)
     records = _records(tenant)
     if transport == "batch":
         kind, code, outcome = BATCH[condition]
