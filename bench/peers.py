@@ -8,11 +8,11 @@ official openai-SDK client (issue 22).
 The peer: ``llama-server`` built once by ``shared/peers/llama-server.sh`` (found in a folder
 above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the bundled
 GGUF> -t <cores> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
---api-key peer``, everything else at its defaults (continuous batching on); the command line is
-printed and written. Laser: what ``make run`` serves, under its defaults (``e2e_streams.
-laser_server``: a throwaway SQLite var dir, the embedded engine, ``migrate`` + ``bootstrap_demo``,
-the demo key). ``--laser-env K=V,...`` runs a second Laser with those settings beside it, its rows
-labelled with them.
+--api-key peer`` (``--peer-extra`` appends flags), everything else at its defaults (continuous
+batching on, ``--poll 50``); the command line is printed and written. Laser: what ``make run``
+serves, under its defaults (``e2e_streams.laser_server``: a throwaway SQLite var dir, the
+embedded engine, ``migrate`` + ``bootstrap_demo``, the demo key). ``--laser-env K=V,...`` runs
+a second Laser with those settings beside it, its rows labelled with them.
 
 A load of N streams: each stream sends ``--requests`` chats back to back (``--wide-requests``
 above 16 streams), greedy, ``max_tokens`` = ``--tokens``, streamed with usage, under the key's
@@ -82,10 +82,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def peer_command(binary: str, streams: int, tokens: int, port: int) -> list[str]:
+def peer_command(binary: str, streams: int, tokens: int, port: int,
+                 extra: str = "") -> list[str]:
+    """The peer's command line; ``extra`` flags go last (a repeated flag's last value wins)."""
     return [binary, "-m", str(bundled_gguf()), "-t", str(len(os.sched_getaffinity(0))),
             "-np", str(streams), "-c", str(streams * (PROMPT_BUDGET + tokens)),
-            "--host", "127.0.0.1", "--port", str(port), "--api-key", "peer"]
+            "--host", "127.0.0.1", "--port", str(port), "--api-key", "peer", *extra.split()]
 
 
 @contextmanager
@@ -110,7 +112,7 @@ def peer_server(cmd: list[str], log: Path) -> Iterator[str]:
 async def one_request(client, prompt: str, tokens: int, tier: str | None) -> dict:
     import openai
 
-    t0, times, usage, served, error = time.perf_counter(), [], None, None, None
+    t0, times, usage, served, error, detail = time.perf_counter(), [], None, None, None, None
     extra = {"service_tier": tier} if tier else {}
     try:
         stream = await client.chat.completions.create(
@@ -123,12 +125,12 @@ async def one_request(client, prompt: str, tokens: int, tier: str | None) -> dic
             if chunk.usage is not None:
                 usage = chunk.usage
     except openai.APIStatusError as exc:
-        error = str(exc.status_code)
-    except openai.APIConnectionError:
-        error = "conn"
-    except openai.APIError:
-        error = "stream"
-    return {"start": t0, "end": time.perf_counter(), "error": error,
+        error, detail = str(exc.status_code), str(exc)
+    except openai.APIConnectionError as exc:
+        error, detail = "conn", repr(exc.__cause__ or exc)
+    except openai.APIError as exc:
+        error, detail = "stream", str(exc)
+    return {"start": t0, "end": time.perf_counter(), "error": error, "detail": detail,
             "tokens": usage.completion_tokens if usage and not error else len(times),
             "prompt_tokens": usage.prompt_tokens if usage else None,
             "ttft_s": times[0] - t0 if times else None, "served_tier": served,
@@ -156,6 +158,7 @@ def summarise(results: list[dict]) -> dict:
         "requests": len(results), "ok": len(ok), "tokens": tokens, "wall_s": wall,
         "tok_s": tokens / wall if wall > 0 else math.nan,
         "errors": dict(Counter(r["error"] for r in results if r["error"])),
+        "error_samples": {r["error"]: r["detail"][:300] for r in results if r["error"]},
         "served_tiers": dict(Counter(str(r["served_tier"]) for r in ok)),
         "ttft_p50_s": percentile([r["ttft_s"] for r in ok if r["ttft_s"] is not None], 50),
         "ttft_p99_s": percentile([r["ttft_s"] for r in ok if r["ttft_s"] is not None], 99),
@@ -315,6 +318,7 @@ def main() -> None:
     ap.add_argument("--laser-env", default="",
                     help="K=V,...: a second Laser with these settings, rows labelled with them")
     ap.add_argument("--peer", default=None, help="llama-server binary (default: shared script)")
+    ap.add_argument("--peer-extra", default="", help="flags appended to the peer's command")
     args = ap.parse_args()
     binary = peer_binary(args.peer)
     loads = [int(n) for n in args.loads.split(",") if n] + ([] if args.no_mixed else [0])
@@ -331,7 +335,7 @@ def main() -> None:
             for streams in loads:
                 slots = streams or CHAT_STREAMS + BULK_STREAMS
                 cmd = peer_command(binary, slots, max(args.tokens, args.chat_tokens),
-                                   free_port())
+                                   free_port(), args.peer_extra)
                 runs = [(PEER, "", "")] + lasers
                 for name, url, key in runs if rnd % 2 else runs[::-1]:
                     base = {"round": rnd, "server": name, "load": str(streams or "mixed"),

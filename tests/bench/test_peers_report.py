@@ -28,7 +28,8 @@ def peers():
 def request(start, times, error=None, tokens=None, tier="priority"):
     """A result as ``one_request`` returns it, content chunks at ``times``."""
     return {"start": start, "end": times[-1] if times else start + 0.1, "error": error,
-            "tokens": len(times) if tokens is None else tokens, "prompt_tokens": 30,
+            "detail": error, "tokens": len(times) if tokens is None else tokens,
+            "prompt_tokens": 30,
             "ttft_s": times[0] - start if times else None, "served_tier": tier,
             "gaps": [b - a for a, b in zip(times, times[1:])]}
 
