@@ -4,15 +4,19 @@ official openai-SDK client (issue 22).
     .venv/bin/python bench/peers.py [--loads 1,16,32,64] [--tiers 16:warm,16:flex] [--no-mixed]
         [--tokens 128] [--requests 3] [--wide-requests 2] [--rounds 1]
         [--laser-env LASER_MAX_NUM_SEQS=64,LASER_KV_MEMORY_MB=1024] [--peer PATH]
+        [--peer-threads N] [--peer-extra FLAGS]
 
 The peer: ``llama-server`` built once by ``shared/peers/llama-server.sh`` (found in a folder
 above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the bundled
-GGUF> -t <cores> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
---api-key peer`` (``--peer-extra`` appends flags), everything else at its defaults (continuous
-batching on, ``--poll 50``); the command line is printed and written. Laser: what ``make run``
-serves, under its defaults (``e2e_streams.laser_server``: a throwaway SQLite var dir, the
-embedded engine, ``migrate`` + ``bootstrap_demo``, the demo key). ``--laser-env K=V,...`` runs
-a second Laser with those settings beside it, its rows labelled with them.
+GGUF> -t <threads> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
+--api-key peer``, everything else at its defaults (continuous batching, ``--poll 50``); the
+command line is printed and written. ``--peer-threads`` defaults to Laser's decode threads under
+``make run`` (every core but one): llama.cpp with every core collapses when anything else runs
+(see LASER_DECODE_THREADS); ``--peer-threads $(nproc)`` is issue 22's setting for idle cores;
+``--peer-extra`` appends flags. Laser: what ``make run`` serves, under its defaults
+(``e2e_streams.laser_server``: a throwaway SQLite var dir, the embedded engine, ``migrate`` +
+``bootstrap_demo``, the demo key). ``--laser-env K=V,...`` runs a second Laser with those
+settings beside it, its rows labelled with them.
 
 A load of N streams: each stream sends ``--requests`` chats back to back (``--wide-requests``
 above 16 streams), greedy, ``max_tokens`` = ``--tokens``, streamed with usage, under the key's
@@ -37,6 +41,7 @@ import asyncio
 import importlib.util
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -57,6 +62,10 @@ MODEL = "smollm2-135m-instruct"
 PROMPT_BUDGET = 64  # tokens a slot keeps for the chat-templated prompt (ours are under 50)
 PEER, LASER = "llama.cpp", "laser"
 CHAT_STREAMS, BULK_STREAMS = 2, 14
+# make run's LASER_THREADS default. llama.cpp's threads meet at a barrier after every op, so one
+# of them losing its core stalls the others: with other work on a 2-core machine, -t 2 fell to
+# 1.6 tok/s on one stream where -t 1 gave 54-64 (docs/benchmarks.md)
+LASER_DECODE_THREADS = max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 def bundled_gguf() -> Path:
@@ -82,10 +91,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def peer_command(binary: str, streams: int, tokens: int, port: int,
+def peer_command(binary: str, streams: int, tokens: int, port: int, threads: int,
                  extra: str = "") -> list[str]:
     """The peer's command line; ``extra`` flags go last (a repeated flag's last value wins)."""
-    return [binary, "-m", str(bundled_gguf()), "-t", str(len(os.sched_getaffinity(0))),
+    return [binary, "-m", str(bundled_gguf()), "-t", str(threads),
             "-np", str(streams), "-c", str(streams * (PROMPT_BUDGET + tokens)),
             "--host", "127.0.0.1", "--port", str(port), "--api-key", "peer", *extra.split()]
 
@@ -318,8 +327,12 @@ def main() -> None:
     ap.add_argument("--laser-env", default="",
                     help="K=V,...: a second Laser with these settings, rows labelled with them")
     ap.add_argument("--peer", default=None, help="llama-server binary (default: shared script)")
+    ap.add_argument("--peer-threads", type=int, default=LASER_DECODE_THREADS,
+                    help="the peer's -t (default: Laser's decode threads, every core but one)")
     ap.add_argument("--peer-extra", default="", help="flags appended to the peer's command")
     args = ap.parse_args()
+    # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so that both servers are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = peer_binary(args.peer)
     loads = [int(n) for n in args.loads.split(",") if n] + ([] if args.no_mixed else [0])
     rows: list[dict] = []
@@ -335,7 +348,7 @@ def main() -> None:
             for streams in loads:
                 slots = streams or CHAT_STREAMS + BULK_STREAMS
                 cmd = peer_command(binary, slots, max(args.tokens, args.chat_tokens),
-                                   free_port(), args.peer_extra)
+                                   free_port(), args.peer_threads, args.peer_extra)
                 runs = [(PEER, "", "")] + lasers
                 for name, url, key in runs if rnd % 2 else runs[::-1]:
                     base = {"round": rnd, "server": name, "load": str(streams or "mixed"),
