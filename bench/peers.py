@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import json
 import math
 import os
 import signal
@@ -252,12 +253,18 @@ def table(rows: list[dict]) -> str:
              "TTFT p99 | TBT p99 |", "|" + " --- |" * 13]
     for r in (r for r in rows if r["load"] != "mixed"):
         q = r.get("ratio", {})
+        if not q:
+            cells = ["—"] * 3
+        elif r["ok"] < r["requests"]:  # it served fewer streams than its peer: not like for like
+            cells = [f"— ({r['requests'] - r['ok']} failed)", "—", "—"]
+        else:
+            cells = [num(q[k]) for k in ("tok_s", "ttft_p99_s", "tbt_p99_s")]
         lines.append(
             f"| {r['round']} | {r['streams']} × {r['count']} | {r['tier']} | {r['server']} | "
             f"{num(r['tok_s'], '.1f')} | {ms(r['ttft_p50_s'])} / {ms(r['ttft_p99_s'])} | "
             f"{ms(r['tbt_p50_s'])} / {ms(r['tbt_p99_s'])} | {r['ok']} / {r['requests']} | "
             f"{errors(r)} | {', '.join(f'{k} {n}' for k, n in r['served_tiers'].items())} | "
-            f"{num(q.get('tok_s'))} | {num(q.get('ttft_p99_s'))} | {num(q.get('tbt_p99_s'))} |")
+            f"{' | '.join(cells)} |")
     mixed = [r for r in rows if r["load"] == "mixed"]
     if mixed:
         lines += ["", "| round | 2 chat + 14 bulk | hot TTFT p99 ms | hot per-request TBT p99 ms "
@@ -330,7 +337,11 @@ def main() -> None:
     ap.add_argument("--peer-threads", type=int, default=LASER_DECODE_THREADS,
                     help="the peer's -t (default: Laser's decode threads, every core but one)")
     ap.add_argument("--peer-extra", default="", help="flags appended to the peer's command")
+    ap.add_argument("--from-json", default=None, help="print the tables of an earlier run's JSON")
     args = ap.parse_args()
+    if args.from_json:
+        print(table(json.loads(Path(args.from_json).read_text())["results"]["rows"]))
+        return
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so that both servers are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = peer_binary(args.peer)

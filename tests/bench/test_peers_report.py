@@ -66,3 +66,5 @@ def test_every_laser_row_is_divided_by_the_peer_row_of_its_load_and_round(peers)
     text = peers.table(rows)
     assert "| 1 | 16 × 3 | flex | laser | 300.0 |" in text and "| 1.50 |" in text
     assert "| — |" in text  # NaN shown as a dash, never as a number
+    refused = {**rows[1], "ok": 1, "errors": {"503": 2}}
+    assert "| 2× 503 |  | — (2 failed) | — | — |" in peers.table([rows[0], refused])
