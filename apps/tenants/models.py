@@ -49,8 +49,8 @@ class Plan(models.Model):
         "max open WebSocket sockets per key", default=32
     )
     max_storage_bytes = models.PositiveBigIntegerField(
-        "max file storage (bytes)", default=10 * GIB,
-        help_text="Batch input and output files together; 10 GiB = 10737418240.",
+        "max file storage (bytes)", default=GIB,
+        help_text="Batch input and output files together; 1 GiB = 1073741824.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

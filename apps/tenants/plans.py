@@ -41,7 +41,8 @@ DEFAULT_BOUNDS: dict[str, float | int | None] = {
 # unlimited daily budget is outside the plan's bound.
 DEFAULT_PLAN_TERMS: dict[str, object] = {"daily_token_budget": 10_000_000}
 BOUND_FIELDS = tuple(DEFAULT_BOUNDS)
-# The default plan's tenant-wide caps start from the settings the gateway used before plans.
+# The default plan's tenant-wide caps start from the settings the gateway and the batches app
+# used before plans (and LASER_FILE_STORAGE_MB, in MiB, for the storage).
 LIMIT_SETTINGS = {"max_inflight_per_key": "LASER_KEY_MAX_INFLIGHT",
                   "max_inflight_per_tenant": "LASER_TENANT_MAX_INFLIGHT",
                   "max_sockets_per_key": "LASER_KEY_MAX_SOCKETS"}
@@ -50,8 +51,12 @@ LIMIT_SETTINGS = {"max_inflight_per_key": "LASER_KEY_MAX_INFLIGHT",
 def default_plan_limits() -> dict[str, int]:
     """The default plan's caps from those settings, else the model's defaults."""
     fields = {f.name: f.get_default() for f in Plan._meta.fields}
-    return {name: int(getattr(settings, setting, fields[name]))
-            for name, setting in LIMIT_SETTINGS.items()}
+    limits = {name: int(getattr(settings, setting, fields[name]))
+              for name, setting in LIMIT_SETTINGS.items()}
+    storage_mb = getattr(settings, "LASER_FILE_STORAGE_MB", None)
+    limits["max_storage_bytes"] = (fields["max_storage_bytes"] if storage_mb is None
+                                   else int(storage_mb) * 1024 * 1024)
+    return limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def test_tenant_limits_are_the_plans_and_default_to_the_default_plan(tenant_fact
     limits = tenant_limits(tenant)
     assert limits == TenantLimits(plan="Standard", burst_factor=2.0, max_inflight_per_key=128,
                                   max_inflight_per_tenant=256, max_sockets_per_key=32,
-                                  max_storage_bytes=10 * 1024**3)
+                                  max_storage_bytes=1024**3)
     assert dataclasses.is_dataclass(limits) and limits.__dataclass_params__.frozen
     gold = Plan.objects.create(name="Gold", burst_factor=3.0, max_inflight_per_key=512,
                                max_inflight_per_tenant=1024, max_sockets_per_key=64,
@@ -119,9 +119,11 @@ def test_a_plans_own_default_contract_is_used():
 
 def test_a_recreated_default_plan_takes_its_caps_from_the_settings(settings):
     settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_KEY_MAX_SOCKETS = 7, 3
+    settings.LASER_FILE_STORAGE_MB = 5
     Tenant.objects.update(plan=None)
     Plan.objects.all().delete()
     limits = tenant_limits(tenant_create(name="Z", slug="z", default_contracts=False))
     assert (limits.plan, limits.max_inflight_per_key, limits.max_sockets_per_key) == \
         ("Standard", 7, 3)
     assert limits.max_inflight_per_tenant == settings.LASER_TENANT_MAX_INFLIGHT
+    assert limits.max_storage_bytes == 5 * 1024 * 1024
