@@ -19,11 +19,15 @@ import uuid
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 
 logger = logging.getLogger("laser.errors")
 
 HEADER = "X-Request-Id"
+# Django answers these itself with a 400, 403 or 404: not a fault of ours.
+CLIENT_FAULTS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -63,7 +67,10 @@ class RequestIdMiddleware:
             response[HEADER] = request_id_for(request)
         return response
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse:
+    def process_exception(self, request: HttpRequest,
+                          exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, CLIENT_FAULTS):
+            return None
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)
