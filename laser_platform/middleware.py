@@ -21,10 +21,13 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 
 logger = logging.getLogger("laser.errors")
 
 HEADER = "X-Request-Id"
+# Django answers these itself with a 400, 403 or 404: not a fault of ours.
+CLIENT_FAULTS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -66,8 +69,8 @@ class RequestIdMiddleware:
 
     def process_exception(self, request: HttpRequest,
                           exception: Exception) -> HttpResponse | None:
-        if isinstance(exception, (Http404, PermissionDenied, SuspiciousOperation, BadRequest)):
-            return None  # Django answers these with 404/403/400 (handler404, ...), not a 500
+        if isinstance(exception, CLIENT_FAULTS):
+            return None
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)

@@ -46,7 +46,7 @@ def tenant_storage_used(*, tenant: Tenant) -> int:
     return rows.aggregate(used=Sum("bytes"))["used"] or 0
 
 
-def storage_quota_check(tenant: Tenant, size: int) -> None:
+def storage_quota_check(*, tenant: Tenant, size: int) -> None:
     """400 ``storage_quota_exceeded`` when ``size`` more bytes would pass the tenant's quota."""
     quota = settings.LASER_FILE_STORAGE_MB * 1024 * 1024
     used = tenant_storage_used(tenant=tenant)
@@ -64,9 +64,10 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[byte
     """Store an uploaded file, ``content`` as bytes or as chunks of ``size`` bytes in all.
 
     Only ``purpose=batch`` is accepted (this server has no other API that reads files); over
-    ``LASER_BATCH_MAX_FILE_BYTES`` is a 413, over the tenant's ``LASER_FILE_STORAGE_MB`` a 400
-    ``storage_quota_exceeded``; both are checked on the declared size before a byte is stored
-    and again while the chunks arrive.
+    ``LASER_BATCH_MAX_FILE_BYTES`` is a 413 (on the declared size before a byte is stored, and
+    again while the chunks arrive); over the tenant's ``LASER_FILE_STORAGE_MB`` a 400
+    ``storage_quota_exceeded`` (on the declared size, or once stored when none is declared).
+    Two concurrent uploads may pass the quota together: it is checked, not reserved.
     """
     if purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError(f"Invalid purpose '{purpose}': this server accepts 'batch' only.",
@@ -79,7 +80,7 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[byte
                                    param="file")
     if size == 0:
         raise BadRequestError("The file is empty.", param="file", code="empty_file")
-    storage_quota_check(tenant, size or 0)
+    storage_quota_check(tenant=tenant, size=size or 0)
     ttl = expires_after_s if expires_after_s is not None else settings.LASER_BATCH_FILE_TTL_S
     with transaction.atomic():
         created = BatchFile.objects.create(
@@ -89,8 +90,8 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[byte
         if not created.bytes:
             raise BadRequestError("The file is empty.", param="file", code="empty_file")
         created.save(update_fields=["bytes"])
-        if size is None:
-            storage_quota_check(tenant, 0)  # the file counts itself now; refusing rolls it back
+        if size is None:  # the file counts itself now; a refusal rolls it back
+            storage_quota_check(tenant=tenant, size=0)
     return created
 
 

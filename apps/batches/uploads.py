@@ -42,5 +42,5 @@ def cap(request: Request, *, tenant: Any) -> None:
         if body > limit + FORM_OVERHEAD_BYTES:
             raise RequestTooLargeError(f"The upload is {body} bytes; files are limited to "
                                        f"{limit} bytes.", param="file")
-        storage_quota_check(tenant, max(0, body - FORM_OVERHEAD_BYTES))
+        storage_quota_check(tenant=tenant, size=max(0, body - FORM_OVERHEAD_BYTES))
     request._request.upload_handlers = [CappedUpload(request._request, limit)]

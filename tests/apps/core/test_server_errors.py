@@ -65,3 +65,16 @@ def test_every_response_carries_a_request_id_and_junk_ids_are_replaced(key):
                     HTTP_X_REQUEST_ID="bad id\twith spaces")
     assert ok.status_code == 200 and ok["X-Request-Id"].startswith("req_")
     assert client.get("/v1/nothing-here")["X-Request-Id"].startswith("req_")
+
+
+@pytest.mark.parametrize("exception", ["Http404", "PermissionDenied", "SuspiciousOperation"])
+def test_exceptions_django_answers_with_a_4xx_are_left_to_it(exception):
+    from django.core import exceptions
+    from django.http import Http404
+    from django.test import RequestFactory
+
+    from laser_platform.middleware import RequestIdMiddleware
+
+    exc = Http404() if exception == "Http404" else getattr(exceptions, exception)()
+    middleware = RequestIdMiddleware(lambda request: None)
+    assert middleware.process_exception(RequestFactory().get("/admin/"), exc) is None
