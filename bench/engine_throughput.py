@@ -264,23 +264,26 @@ def main() -> None:
     ap.add_argument("--threads", default=str(len(os.sched_getaffinity(0))),
                     help="engine threads, comma-separated (each mode runs at each)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds over all engines (A B A B)")
+    ap.add_argument("--engines", default=None,
+                    help="mode:threads pairs instead of --dtypes x --threads (mixed:1,quant:2)")
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
-    torch.set_num_threads(max(thread_counts))
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
     bw = bandwidth_gbs()
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": thread_counts,
                     "bandwidth_gbs": bw, "rows": rows}
     gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
+    pairs = ([(m, int(t)) for m, t in (e.split(":") for e in args.engines.split(","))]
+             if args.engines else [(m, t) for m in args.dtypes.split(",") for t in thread_counts])
     engines = []
-    for name in args.dtypes.split(","):
+    for name, threads in pairs:
         load_model(dtype=DTYPES[MODES[base_mode(name)][0]])  # fills the cache
-        for threads in thread_counts:
-            gc.collect()
-            engine, start_s = laser_engine(name, threads)
-            engines.append((name, threads, engine, start_s, bounds(engine, name, bw, gflops)))
+        gc.collect()
+        engine, start_s = laser_engine(name, threads)
+        engines.append((name, threads, engine, start_s, bounds(engine, name, bw, gflops)))
     for rnd in range(args.rounds):
         for name, threads, engine, start_s, lim in engines:
             for n in streams:
@@ -290,6 +293,9 @@ def main() -> None:
                 rows.append({"system": f"laser {name} t{threads}", "streams": n, "round": rnd,
                              **r, "start_s": start_s, "bound_tok_s": bound,
                              "fraction_of_bound": r["decode_tok_s"] / bound})
+                print(f"round {rnd} {name} t{threads} {n:>3} streams: {r['tok_s']:.1f} tok/s, "
+                      f"decode {r['decode_tok_s']:.1f}, outside C {r['outside_kernels']:.0%}, "
+                      f"outside execute {r['outside_execute']:.0%}", flush=True)
     del engines
     gc.collect()
     if not args.skip_hf:

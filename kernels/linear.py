@@ -75,7 +75,7 @@ def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None,
     (default: the weight's own), or None where packing does not apply (then :func:`linear`
     uses ``F.linear`` on the plain weight, in its own dtype).
 
-    ``native`` with a bfloat16 ``dtype`` packs for Laser's own single-threaded bfloat16 matmul
+    ``native`` with a bfloat16 ``dtype`` packs for Laser's own bfloat16 matmul
     (``kernels/_cpu``, AVX512-BF16 CPUs) instead, where it builds: faster than oneDNN for the
     few rows of a decode step on one thread (``bench/cpu_linear.py --model``)."""
     dtype = dtype or weight.dtype

@@ -300,8 +300,8 @@ void laser_silu_and_mul(const void *x, int x_dtype, int64_t T, int64_t I, void *
  * Packed layout (laser_pack_bf16): blocks of 32 outputs; in a block, for each pair of inputs
  * (2p, 2p + 1), the 32 outputs' two weights side by side: one 64-byte line per 16 outputs,
  * exactly what one VDPBF16PS multiplies with a broadcast input pair. N is padded to 32 with
- * zeros; K must be even. `threads` > 1 splits the blocks over that many POSIX threads (started
- * and joined in the call: worth it for the long matmuls of a prefill, not for a decode step's).
+ * zeros; K must be even. `threads` > 1 splits the blocks over that many threads of the pool
+ * (laser_pool.c).
  */
 enum { GEMM_NB = 32, GEMM_MR = 8, GEMM_PREFETCH = 8192 /* bfloat16 elements ahead */ };
 
