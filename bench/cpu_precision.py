@@ -5,11 +5,15 @@
 The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
 mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
 layers' projections on the CPU's bfloat16 units, the LM head and everything between the
-matmuls float32) and in bfloat16 (weights and activations; the KV cache stays float32 as the
-engine keeps it on CPU). Reports per prompt and mode the first-step logit error relative to
-float32, how many leading greedy tokens agree, where float32's answer ends (its first
-end-of-turn token) and the answers' text, and a decode step's time at 1 and 16 sequences in each
-mode (same process, alternating). Prints a table; writes ``bench/out/cpu_precision.json``.
+matmuls float32), in ``quant`` (``matmul_dtype=quant``: the GGUF's Q4_1/Q8_0 blocks times
+int8-quantised activations, ``kernels._cpu.quant``) and in bfloat16 (weights and activations;
+the KV cache stays float32 as the engine keeps it on CPU). Reports per prompt and mode the
+first-step logit error relative to float32, how many leading greedy tokens agree, where
+float32's answer ends (its first end-of-turn token), whether the mode's answer equals
+float32's (all tokens up to that end agree) and, where not, float32's top-2 logit margin at
+the first token that differs; then the answers' text, and a decode step's time at 1 and 16
+sequences in each mode (same process, alternating). Prints a table; writes
+``bench/out/cpu_precision.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from engine_throughput import torch_layer_ops  # noqa: E402
 
 from inference.loaders import load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
+from kernels import _cpu  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
            "Explain photosynthesis briefly.", "List three prime numbers.",
@@ -39,8 +44,14 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
 BLOCK = 16
 
 
-def greedy(model, ids: list[int], tokens: int) -> tuple[list[int], torch.Tensor]:
-    """Greedy tokens (EOS ignored) and the first step's float32 logits."""
+MODES = ("float32", "mixed", "quant", "bfloat16")
+COMPARED = MODES[1:]
+
+
+def greedy(model, ids: list[int], tokens: int,
+           margins: list[float] | None = None) -> tuple[list[int], torch.Tensor]:
+    """Greedy tokens (EOS ignored) and the first step's float32 logits; each step's top-2
+    logit margin is appended to ``margins`` if given."""
     blocks = -(-(len(ids) + tokens) // BLOCK)
     caches = model.allocate_kv_caches(blocks, BLOCK, dtype=torch.float32)
     table = [list(range(blocks))]
@@ -54,6 +65,9 @@ def greedy(model, ids: list[int], tokens: int) -> tuple[list[int], torch.Tensor]
             hidden = model(torch.tensor(cur), torch.arange(done, done + n), caches, meta)
             logits = model.compute_logits(hidden[-1:], exact=n > 1).float()
             first = logits if first is None else first
+            if margins is not None:
+                top = logits[0].topk(2).values
+                margins.append(float(top[0] - top[1]))
             out.append(int(logits.argmax()))
             done, cur = done + n, [out[-1]]
     return out, first
@@ -79,8 +93,10 @@ def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7) -> list
 def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
     # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
-    loaded.model.pack_linears(torch.bfloat16 if mode == "mixed" else None,
-                              native_gemm=torch.get_num_threads() == 1)
+    matmul = {"mixed": torch.bfloat16, "quant": "quant"}.get(mode)
+    loaded.model.pack_linears(matmul, native_gemm=torch.get_num_threads() == 1)
+    if mode == "quant":
+        _cpu.set_threads(torch.get_num_threads())  # as the runner does in that mode
     return loaded
 
 
@@ -98,20 +114,23 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    modes = {m: load(m) for m in ("float32", "mixed", "bfloat16")}
+    modes = {m: load(m) for m in MODES}
     exact = modes["float32"]
     rows = []
     for prompt in PROMPTS:
         ids = exact.encode_chat([{"role": "user", "content": prompt}],
                                 add_generation_prompt=True)
-        ref, ref_logits = greedy(exact.model, ids, args.tokens)
+        margins: list[float] = []
+        ref, ref_logits = greedy(exact.model, ids, args.tokens, margins)
         end = next((i for i, t in enumerate(ref) if t in exact.stop_token_ids), len(ref))
         row = {"prompt": prompt, "answer_tokens": end, "float32": exact.tokenizer.decode(ref)}
-        for mode in ("mixed", "bfloat16"):
+        for mode in COMPARED:
             got, logits = greedy(modes[mode].model, ids, args.tokens)
+            agree = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
             row[mode] = exact.tokenizer.decode(got)
-            row[f"{mode}_agree"] = next(
-                (i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
+            row[f"{mode}_agree"] = agree
+            row[f"{mode}_same_answer"] = agree > end or agree == len(ref)
+            row[f"{mode}_margin"] = None if agree == len(ref) else margins[agree]
             row[f"{mode}_logit_rel_err"] = float((logits - ref_logits).norm() / ref_logits.norm())
         rows.append(row)
     timing = {}
@@ -121,12 +140,19 @@ def run(args: argparse.Namespace) -> None:
             for m, loaded in modes.items():
                 times[m] += step_ms(loaded.model, seqs=seqs)
         timing[seqs] = {m: statistics.median(t) for m, t in times.items()}
-    print(f"{'prompt':<34}{'answer':>7}{'mixed err':>10}{'agree':>7}{'bf16 err':>10}{'agree':>7}")
+    print(f"{'prompt':<34}{'answer':>7}" + "".join(f"{m[:5] + ' err':>10}{'agree':>6}{'margin':>7}"
+                                               for m in COMPARED))
     for r in rows:
-        print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{r['mixed_logit_rel_err']:>10.4f}"
-              f"{r['mixed_agree']:>7}{r['bfloat16_logit_rel_err']:>10.4f}{r['bfloat16_agree']:>7}")
-        for mode in ("float32", "mixed", "bfloat16"):
+        cells = "".join(
+            f"{r[f'{m}_logit_rel_err']:>10.4f}{r[f'{m}_agree']:>6}"
+            f"{'' if r[f'{m}_same_answer'] else format(r[f'{m}_margin'], '.3f'):>7}"
+            for m in COMPARED)
+        print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{cells}")
+        for mode in MODES:
             print(f"    {mode:<9}: {r[mode][:70]!r}")
+    for mode in COMPARED:
+        same = sum(r[f"{mode}_same_answer"] for r in rows)
+        print(f"{mode}: {same} of {len(rows)} answers equal float32's")
     for seqs, t in timing.items():
         print(f"{seqs:>2}-sequence decode step, ms: " + ", ".join(
             f"{m} {v:.1f} (x{t['float32'] / v:.2f})" for m, v in t.items()))

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gateway_overhead import PROMPTS, percentile, write_report  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "e2e_streams.json"
-TARGET_TPS, LLAMA_CPP_TPS = 335.0, 167.0  # the issue's target and its llama.cpp figure
+TARGET_TPS = 335.0  # issue 6's target; bench/peers.py runs llama.cpp beside Laser
 
 
 def manage(env: dict, *args: str) -> str:
@@ -43,17 +45,62 @@ def manage(env: dict, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
-def start(env: dict, log: Path, args: list[str], ready: str) -> tuple[subprocess.Popen, str]:
-    """``manage.py *args``, its output in ``log`` (a pipe nobody reads would fill up and stall
-    it); returns the process and the match of the ``ready`` pattern once its log shows it."""
+def spawn(cmd: list[str], env: dict, log: Path, ready: str) -> tuple[subprocess.Popen, str]:
+    """Run ``cmd`` with its output in ``log`` (a pipe nobody reads would fill up and stall it);
+    returns the process and the match of the ``ready`` pattern once its log shows it."""
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     while proc.poll() is None:
-        if match := re.search(ready, log.read_text()):
+        if match := re.search(ready, log.read_text(errors="replace")):
             return proc, match.group(0)
         time.sleep(0.2)
-    raise RuntimeError(f"{args[0]} exited with {proc.returncode}:\n{log.read_text()}")
+    raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}:\n{log.read_text()}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within a minute."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def start(env: dict, log: Path, args: list[str], ready: str) -> tuple[subprocess.Popen, str]:
+    """``manage.py *args`` through ``spawn``."""
+    return spawn([sys.executable, "manage.py", *args], env, log, ready)
+
+
+@contextmanager
+def laser_server(extra_env: dict | None = None, remote: bool = False,
+                 worker_threads: int | None = None) -> Iterator[tuple[str, str]]:
+    """What ``make run`` serves, in a throwaway ``LASER_VAR_DIR`` (SQLite, embedded engine unless
+    ``remote``): migrate, ``bootstrap_demo``, ``serve --port 0``; yields (url, demo API key) and
+    stops it (and the ``remote`` worker) on exit. ``extra_env`` overrides settings."""
+    with tempfile.TemporaryDirectory() as var_dir:
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        env.update(LASER_VAR_DIR=var_dir, PYTHONUNBUFFERED="1", **(extra_env or {}))
+        procs = []
+        if remote:
+            env.update(LASER_ENGINE_MODE="remote",
+                       REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+        manage(env, "migrate", "--noinput")
+        manage(env, "bootstrap_demo")
+        key = (Path(var_dir) / "demo_api_key").read_text().strip()
+        try:
+            if remote:
+                threads = worker_threads or len(os.sched_getaffinity(0))
+                procs.append(start({**env, "LASER_THREADS": str(threads)},
+                                   Path(var_dir) / "worker.log", ["run_engine"], "ready on")[0])
+            proc, url = start(env, Path(var_dir) / "server.log",
+                              ["serve", "--port", "0", "--log-level", "warning"],
+                              r"(?<=serving on )http://\S+")
+            procs.append(proc)
+            yield url, key
+        finally:
+            for proc in reversed(procs):
+                stop(proc)
 
 
 async def one_stream(client, prompt: str, tokens: int) -> dict:
@@ -115,8 +162,7 @@ def print_table(results: dict, streams: int) -> None:
               f"{r['tok_s']:>9.1f}{r['ttft_p50_s'] * 1000:>13.0f}{r['ttft_p99_s'] * 1000:>13.0f}")
     many = results[streams]["tok_s"]
     print(f"{streams} streams / 1 stream: {many / results[1]['tok_s']:.2f}x;  "
-          f"vs target {TARGET_TPS:.0f} tok/s: {many / TARGET_TPS:.2f}x;  "
-          f"vs llama.cpp {LLAMA_CPP_TPS:.0f} tok/s (issue's figure): {many / LLAMA_CPP_TPS:.2f}x")
+          f"vs target {TARGET_TPS:.0f} tok/s: {many / TARGET_TPS:.2f}x")
 
 
 def main() -> None:
@@ -129,30 +175,8 @@ def main() -> None:
     parser.add_argument("--worker-threads", type=int, default=None,
                         help="torch threads of the --remote worker (default: every core)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as var_dir:
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-        env.update(LASER_VAR_DIR=var_dir, PYTHONUNBUFFERED="1")
-        procs = []
-        if args.remote:
-            env.update(LASER_ENGINE_MODE="remote",
-                       REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-        manage(env, "migrate", "--noinput")
-        manage(env, "bootstrap_demo")
-        key = (Path(var_dir) / "demo_api_key").read_text().strip()
-        try:
-            if args.remote:
-                threads = args.worker_threads or len(os.sched_getaffinity(0))
-                procs.append(start({**env, "LASER_THREADS": str(threads)},
-                                   Path(var_dir) / "worker.log", ["run_engine"], "ready on")[0])
-            proc, url = start(env, Path(var_dir) / "server.log",
-                              ["serve", "--port", "0", "--log-level", "warning"],
-                              r"(?<=serving on )http://\S+")
-            procs.append(proc)
-            results = asyncio.run(bench(url, key, args))
-        finally:
-            for proc in reversed(procs):
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
+    with laser_server(remote=args.remote, worker_threads=args.worker_threads) as (url, key):
+        results = asyncio.run(bench(url, key, args))
     print_table(results, args.streams)
     write_report(OUT, args, results)
 

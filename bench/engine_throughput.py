@@ -1,6 +1,7 @@
 """Engine decode throughput side by side with ``transformers.generate`` on the same model.
 
     .venv/bin/python bench/engine_throughput.py [--tokens 128] [--dtypes float32,mixed,bfloat16]
+        [--streams 1,16,64] [--threads 1,2] [--rounds 2] [--skip-hf]
 
 Same bundled SmolLM2-135M GGUF, same chat prompts, greedy, ``--tokens`` new tokens per
 request (EOS ignored so every row produces the same count), 1 stream and 16 concurrent:
@@ -13,8 +14,17 @@ projections on the CPU's bfloat16 units, everything else float32) and ``bfloat16
 and activations); a mode with ``-torch`` appended (``mixed-torch``) runs the model's layers on
 PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after of those; with
 ``-onednn`` (``mixed-onednn``) the bfloat16 decode matmuls stay on oneDNN where one thread would
-give them to Laser's own matmul (``kernels.pack_linear_weight(..., native=True)``).
-``--threads`` sets torch's threads (default: every core).
+give them to Laser's own matmul (``kernels.pack_linear_weight(..., native=True)``); ``quant``
+and ``q8`` (``matmul_dtype=quant``/``q8``: the GGUF's Q4_1/Q8_0 blocks times int8-quantised
+activations, in two parts or one, ``kernels._cpu.quant``).
+``--threads`` sets the engines' threads, a list runs each mode at each count (default: every
+core). Every (mode, threads) engine is built first, then ``--rounds`` rounds run them in turn
+(A B A B), so that machine noise hits every mode alike; each row is a round.
+
+Per-step overhead: each row also reports the share of the engine's step time spent outside
+the C kernels (``laser_*`` calls, timed around each ctypes call: the scheduler, batch
+preparation, Python between the layers, sampling and detokenising are what is left) and the
+share outside ``ModelRunner.execute`` (the engine's own work around the forward).
 
 It also measures the machine's ceilings (a large sum for read bandwidth, a large matmul for
 FLOP/s, in each dtype) and reports each throughput as a fraction of them: the weight bytes a
@@ -56,7 +66,8 @@ QUESTIONS = [
 ]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MODES = {"float32": ("float32", None), "mixed": ("float32", "bfloat16"),
-         "bfloat16": ("bfloat16", None)}  # mode: (dtype, matmul_dtype)
+         "bfloat16": ("bfloat16", None), "quant": ("float32", "quant"),
+         "q8": ("float32", "q8")}  # mode: (dtype, matmul_dtype)
 
 
 def messages(i: int) -> list[dict]:
@@ -109,7 +120,7 @@ def base_mode(mode: str) -> str:
     return mode.removesuffix("-torch").removesuffix("-onednn")
 
 
-def laser_engine(mode: str) -> tuple[LLMEngine, float]:
+def laser_engine(mode: str, threads: int) -> tuple[LLMEngine, float]:
     dtype, matmul_dtype = MODES[base_mode(mode)]
     saved = _cpu.gemm_supported
     if mode.endswith("-onednn"):
@@ -117,10 +128,43 @@ def laser_engine(mode: str) -> tuple[LLMEngine, float]:
     t0 = time.perf_counter()
     try:
         engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype,
-                                        max_num_seqs=64, num_threads=torch.get_num_threads()))
+                                        max_num_seqs=64, num_threads=threads,
+                                        kv_memory_mb=768))
     finally:
         _cpu.gemm_supported = saved
     return engine, time.perf_counter() - t0
+
+
+class KernelClock:
+    """Seconds spent inside the C kernels' ctypes calls (each ``laser_*`` entry point wrapped
+    with a timer while active)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._saved: dict[str, object] = {}
+
+    def __enter__(self) -> KernelClock:
+        lib = _cpu.library()
+        if lib is not None:
+            for name in _cpu.SIGNATURES:
+                fn = getattr(lib, name)
+                self._saved[name] = fn
+                setattr(lib, name, self._timed(fn))
+        return self
+
+    def _timed(self, fn):
+        def call(*args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.seconds += time.perf_counter() - t0
+        return call
+
+    def __exit__(self, *exc) -> None:
+        lib = _cpu.library()
+        for name, fn in self._saved.items():
+            setattr(lib, name, fn)
 
 
 def laser_run(engine: LLMEngine, streams: int, tokens: int, tag: str) -> dict:
@@ -129,15 +173,33 @@ def laser_run(engine: LLMEngine, streams: int, tokens: int, tag: str) -> dict:
         engine.add_request(EngineRequest(f"{tag}-{i}", sp, messages=messages(i), tenant_id="b"))
     first: float | None = None
     produced = 0
+    runner = engine.runner
+    execute, in_execute = runner.execute, [0.0]
+
+    def timed_execute(batch):
+        t = time.perf_counter()
+        try:
+            return execute(batch)
+        finally:
+            in_execute[0] += time.perf_counter() - t
+
+    runner.execute = timed_execute
     t0 = time.perf_counter()
-    while engine.has_unfinished():
-        n = sum(len(d.token_ids) for d in engine.step())
-        produced += n
-        if first is None and n:
-            first = time.perf_counter()
+    try:
+        with KernelClock() as clock:
+            while engine.has_unfinished():
+                n = sum(len(d.token_ids) for d in engine.step())
+                produced += n
+                if first is None and n:
+                    first = time.perf_counter()
+    finally:
+        del runner.execute
     end = time.perf_counter()
-    return {"tokens": produced, "seconds": end - t0, "tok_s": produced / (end - t0),
-            "decode_tok_s": (produced - streams) / (end - first)}
+    total = end - t0
+    return {"tokens": produced, "seconds": total, "tok_s": produced / total,
+            "decode_tok_s": (produced - streams) / (end - first),
+            "outside_kernels": 1 - clock.seconds / total,
+            "outside_execute": 1 - in_execute[0] / total}
 
 
 # ---- transformers --------------------------------------------------------------------------
@@ -173,8 +235,17 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     """Tokens/s ceilings: one stream reads every weight per token; 16 streams are FLOP-bound.
     In ``mixed`` mode every matmul weight is read in bfloat16 (the LM head's float32 rescoring
     of 64 rows per token is left out) and runs at the bfloat16 rate."""
-    params = sum(p.numel() for p in engine.runner.model.parameters())
+    model = engine.runner.model
+    params = sum(p.numel() for p in model.parameters())
     dtype, matmul_dtype = MODES[base_mode(mode)]
+    if matmul_dtype in kernels.QUANT_MODES:  # the packed blocks a decode step reads
+        packs = [p for layer in model.layers
+                 for p in (layer.attn.qkv_packed, layer.attn.o_packed, layer.gate_up_packed,
+                           layer.down_packed)] + [model.lm_head_screen]
+        weight_bytes = sum(p.nbytes for p in packs)
+        one = bw * 1e9 / weight_bytes
+        return {"params": params, "weight_bytes": weight_bytes, "bound_1_tok_s": one,
+                "bound_16_tok_s": 16 * one}
     work = DTYPES[matmul_dtype or dtype]
     weight_bytes = params * torch.empty((), dtype=work).element_size()
     one = bw * 1e9 / weight_bytes
@@ -190,29 +261,37 @@ def main() -> None:
                     help=f"Laser modes, comma-separated: {','.join(MODES)}")
     ap.add_argument("--streams", default="1,16")
     ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--threads", default=str(len(os.sched_getaffinity(0))),
+                    help="engine threads, comma-separated (each mode runs at each)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds over all engines (A B A B)")
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-    torch.set_num_threads(args.threads)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    torch.set_num_threads(max(thread_counts))
     bw = bandwidth_gbs()
     rows: list[dict] = []
-    result: dict = {"tokens": args.tokens, "threads": torch.get_num_threads(),
+    result: dict = {"tokens": args.tokens, "threads": thread_counts,
                     "bandwidth_gbs": bw, "rows": rows}
     gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
+    engines = []
     for name in args.dtypes.split(","):
         load_model(dtype=DTYPES[MODES[base_mode(name)][0]])  # fills the cache
-        gc.collect()
-        engine, start_s = laser_engine(name)
-        lim = bounds(engine, name, bw, gflops)
-        for n in streams:
-            with torch_layer_ops(name.endswith("-torch")):
-                r = laser_run(engine, n, args.tokens, f"{name}-{n}")
-            bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"]
-            rows.append({"system": f"laser {name}", "streams": n, **r, "start_s": start_s,
-                         "fraction_of_bound": r["decode_tok_s"] / bound, "bound_tok_s": bound})
-        del engine
-        gc.collect()
+        for threads in thread_counts:
+            gc.collect()
+            engine, start_s = laser_engine(name, threads)
+            engines.append((name, threads, engine, start_s, bounds(engine, name, bw, gflops)))
+    for rnd in range(args.rounds):
+        for name, threads, engine, start_s, lim in engines:
+            for n in streams:
+                with torch_layer_ops(name.endswith("-torch")):
+                    r = laser_run(engine, n, args.tokens, f"{name}-{threads}-{n}-{rnd}")
+                bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"] * n / 16
+                rows.append({"system": f"laser {name} t{threads}", "streams": n, "round": rnd,
+                             **r, "start_s": start_s, "bound_tok_s": bound,
+                             "fraction_of_bound": r["decode_tok_s"] / bound})
+    del engines
+    gc.collect()
     if not args.skip_hf:
         model, tok, hf_start = hf_load()
         for n in streams:
@@ -225,13 +304,15 @@ def main() -> None:
     print(f"bandwidth {bw:.1f} GB/s (read); "
           + ", ".join(f"{k} {v:.0f}" for k, v in result.items() if k.startswith("matmul")))
     print(f"{'system':<22}{'streams':>8}{'tok/s':>9}{'decode':>9}{'x hf':>7}"
-          f"{'of bound':>10}{'start s':>9}")
+          f"{'of bound':>10}{'start s':>9}{'not C':>7}{'not fwd':>8}")
     for r in rows:
         ratio = f"{r['x_transformers']:.2f}" if r["x_transformers"] else "-"
         frac = f"{r['fraction_of_bound']:.0%}" if "fraction_of_bound" in r else "-"
         dec = f"{r['decode_tok_s']:.1f}" if "decode_tok_s" in r else "-"
+        shares = (f"{r['outside_kernels']:>7.0%}{r['outside_execute']:>8.0%}"
+                  if "outside_kernels" in r else "")
         print(f"{r['system']:<22}{r['streams']:>8}{r['tok_s']:>9.1f}{dec:>9}{ratio:>7}"
-              f"{frac:>10}{r['start_s']:>9.2f}")
+              f"{frac:>10}{r['start_s']:>9.2f}{shares}")
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
     (out / "engine_throughput.json").write_text(json.dumps(result, indent=2))

@@ -156,7 +156,10 @@ class EngineRequest:
     or ``prompt_token_ids`` is set. ``deadline`` is an absolute ``time.time()`` value; when None
     for a cold request the engine uses ``arrival_time + targets.cold_deadline_s``.
     ``cache_salt`` keeps one tenant's cached prefixes from serving another; it defaults to the
-    tenant id.
+    tenant id. ``in_contract`` is False for a tenant's traffic above its contract's rates
+    (the gateway marks it; docs/simulator.md, "In contract and excess"): the scheduler serves
+    every tenant's in-contract work of a tier before any tenant's excess, and demotes,
+    preempts and refuses excess first.
     """
 
     request_id: str
@@ -172,6 +175,7 @@ class EngineRequest:
     arrival_time: float = field(default_factory=time.time)
     deadline: float | None = None
     session_id: str | None = None
+    in_contract: bool = True
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.prompt, self.messages, self.prompt_token_ids)]

@@ -48,6 +48,7 @@ class Sequence:
     profile: Profile | None = None
     salt: str = ""
     tenant_id: str = ""
+    in_contract: bool = True  # False: above the tenant's contracted rates (EngineRequest)
     deadline: float | None = None
     eos_token_ids: frozenset[int] = frozenset()
     parent_id: str | None = None
@@ -126,6 +127,7 @@ def sequences_from_request(
             profile=profile,
             salt=request.cache_salt or "",
             tenant_id=request.tenant_id,
+            in_contract=request.in_contract,
             deadline=request.effective_deadline(),
             eos_token_ids=eos,
             parent_id=None if i == 0 else parent,

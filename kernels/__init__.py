@@ -13,20 +13,34 @@ from kernels.cpu_allocator import tune_cpu_allocator
 from kernels.decode_attention import block_index, paged_decode_attention
 from kernels.dispatch import backend, use_native, use_triton
 from kernels.kv_cache import write_kv
-from kernels.linear import bf16_matmul_supported, linear, pack_linear_weight
+from kernels.linear import (
+                            Q8,
+                            QUANT,
+                            QUANT_MODES,
+                            bf16_matmul_supported,
+                            linear,
+                            pack_linear_weight,
+                            pack_quant_weight,
+                            quant_supported,
+)
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
+    "Q8",
+    "QUANT",
+    "QUANT_MODES",
     "backend",
     "bf16_matmul_supported",
     "block_index",
     "build_cos_sin_cache",
     "linear",
     "pack_linear_weight",
+    "pack_quant_weight",
     "paged_decode_attention",
     "paged_prefill_attention",
+    "quant_supported",
     "rms_norm",
     "rotary_embedding",
     "silu_and_mul",

@@ -12,6 +12,10 @@ The engine packs a model's weights once (``LlamaModel.pack_linears``); each call
 the packed copy beside the plain weight, and ``linear`` falls back to ``F.linear`` wherever no
 packed copy exists (CUDA, float16, a PyTorch without oneDNN, ``LASER_KERNELS=reference``).
 
+Quantized (``QUANT``, ``Q8``): a weight kept in its GGUF blocks (Q4_0, Q4_1, Q8_0), or quantised
+to Q8_0 where it has none, multiplies activations quantised per block to int8
+(``kernels._cpu.quant``): a third of bfloat16's bytes for SmolLM2's Q4_1 projections.
+
 Mixed precision (opt-in): a float32 weight may be packed as bfloat16. ``linear`` then rounds the
 float32 input to bfloat16, multiplies on the CPU's bfloat16 units (AMX or AVX512-BF16) with
 float32 accumulation and returns the product (which oneDNN rounds to bfloat16) as float32: half
@@ -25,7 +29,28 @@ import torch
 import torch.nn.functional as F
 
 from kernels import _cpu
+from kernels._cpu import quant
 from kernels.dispatch import backend, use_native
+
+QUANT = "quant"  # the matmul mode on the GGUF's quantized blocks, two-part activations
+Q8 = "q8"  # the same with one int8 part in decode steps (llama.cpp's arithmetic): faster in
+# large batches, but it changed 4 of bench/cpu_precision.py's 8 answers (docs/engine.md)
+QUANT_MODES = (QUANT, Q8)
+
+
+def quant_supported() -> bool:
+    """Whether the quantized matmul serves here (the C kernels with AVX2 or better)."""
+    return quant.supported()
+
+
+def pack_quant_weight(weight: torch.Tensor,
+                      blocks: tuple[int, torch.Tensor] | None = None) -> quant.PackedQuant:
+    """``weight`` ``[out, in]`` for the quantized matmul: its GGUF ``blocks`` (GGML type, raw
+    rows) as stored where given, else the float32 weight quantised to Q8_0."""
+    n, k = weight.shape
+    if blocks is None:
+        blocks = (quant.Q8_0, quant.quantize_q8_0(weight.detach().float().contiguous()))
+    return quant.pack_q(blocks[1], blocks[0], n, k)
 
 
 def _onednn_ok(device: torch.device, dtype: torch.dtype) -> bool:
@@ -79,6 +104,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = 
     consumer that reads bfloat16 (the C kernels) instead of converting it to float32 here, and
     a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is.
     """
+    if isinstance(packed, quant.PackedQuant):
+        out = quant.gemm_q(x, packed, torch.float32)
+        return out if bias is None else out.add_(bias)
     if isinstance(packed, _cpu.PackedBF16):
         raw_out = raw and bias is None and not packed.split
         out = _cpu.gemm_bf16(x, packed, torch.bfloat16 if raw_out else torch.float32)

@@ -252,7 +252,12 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
 
 def handler500(request: HttpRequest) -> HttpResponse:
     if _is_api_request(request):
-        return json_error_response(ServerError("The server had an error processing your request."))
+        from laser_platform.middleware import request_id_for
+
+        rid = request_id_for(request)
+        message = ("The server had an error processing your request. If it persists, report "
+                   f"the request ID {rid}.")
+        return json_error_response(ServerError(message, headers={"X-Request-Id": rid}))
     from django.views.defaults import server_error
 
     return server_error(request)

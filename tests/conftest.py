@@ -82,6 +82,9 @@ def tenant_factory(db: None) -> Callable[..., Any]:
     from apps.tenants.services import tenant_create
 
     def make(*, name: str | None = None, slug: str | None = None, **kwargs: Any) -> Any:
+        # Bare by default: tests make the contracts they need. ``default_contracts=True`` gives
+        # the plan's default contracts, as every tenant created outside tests gets.
+        kwargs.setdefault("default_contracts", False)
         n = next(_counter)
         return tenant_create(name=name or f"Tenant {n}", slug=slug or f"tenant-{n}", **kwargs)
 

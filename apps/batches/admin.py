@@ -25,7 +25,6 @@ class BatchFileAdmin(TenantScopedAdmin, admin.ModelAdmin):
     list_display = ("uid", "tenant", "filename", "purpose", "bytes", "created_at", "expires_at")
     list_filter = ("purpose",)
     search_fields = ("uid", "filename")
-    exclude = ("content",)
     readonly_fields = ("uid", "tenant", "filename", "purpose", "bytes", "created_at",
                        "expires_at")
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpResponse
+from django.http import StreamingHttpResponse
 from rest_framework.negotiation import BaseContentNegotiation
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.batches import files as file_services
-from apps.batches import services
+from apps.batches import services, uploads
 from apps.batches.presenters import batch_object, file_object, list_object
 from apps.batches.selectors import batches_list, request_counts_many
+from apps.batches.storage import PART_BYTES
 from laser_platform.errors import BadRequestError
+from laser_platform.jsonbody import BoundedJSONParser
 
 
 def _limit(request: Request, default: int, maximum: int) -> int:
@@ -56,6 +58,7 @@ class FileListCreateApi(APIView):
         return Response(list_object([file_object(f) for f in page], has_more))
 
     def post(self, request: Request) -> Response:
+        uploads.cap(request, tenant=request.user.tenant)  # before the body is parsed
         upload = request.FILES.get("file")
         if upload is None:
             raise BadRequestError("'file' is required.", param="file",
@@ -67,7 +70,8 @@ class FileListCreateApi(APIView):
         ttl = file_services.expiry_seconds(_expires_after(request.data), param="expires_after")
         created = file_services.file_create(
             tenant=request.user.tenant, filename=upload.name or "upload.jsonl",
-            content=upload.read(), purpose=purpose, expires_after_s=ttl)
+            content=upload.chunks(PART_BYTES), size=upload.size, purpose=purpose,
+            expires_after_s=ttl)
         return Response(file_object(created))
 
 
@@ -95,13 +99,15 @@ class _AnyAccept(BaseContentNegotiation):
 class FileContentApi(APIView):
     content_negotiation_class = _AnyAccept
 
-    def get(self, request: Request, file_id: str) -> HttpResponse:
-        content = file_services.file_content(tenant=request.user.tenant, file_id=file_id)
-        return HttpResponse(content, content_type="application/jsonl")
+    def get(self, request: Request, file_id: str) -> StreamingHttpResponse:
+        found, chunks = file_services.file_content(tenant=request.user.tenant, file_id=file_id)
+        response = StreamingHttpResponse(chunks, content_type="application/jsonl")
+        response["Content-Length"] = str(found.bytes)
+        return response
 
 
 class BatchListCreateApi(APIView):
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get(self, request: Request) -> Response:
         page, has_more = batches_list(tenant=request.user.tenant,
@@ -111,7 +117,9 @@ class BatchListCreateApi(APIView):
         return Response(list_object([batch_object(b, counts[b.pk]) for b in page], has_more))
 
     def post(self, request: Request) -> Response:
-        data = request.data if isinstance(request.data, dict) else {}
+        data = request.data
+        if not isinstance(data, dict):
+            raise BadRequestError("The request body must be a JSON object.", code="invalid_json")
         for name in ("input_file_id", "endpoint", "completion_window"):
             if data.get(name) in (None, ""):
                 raise BadRequestError(f"'{name}' is required.", param=name,

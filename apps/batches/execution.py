@@ -63,9 +63,14 @@ class ChunkRunner:
         self.todo: deque[tuple[float, BatchLine]] = deque((0.0, x) for x in lines)
         self.inflight: dict[asyncio.Task, BatchLine] = {}
         self.result = ChunkResult()
-        # the batch's key, checked again before its first line (checked_at 0)
-        self.caller = Caller(batch.tenant, "api_key", api_key=batch.api_key,
-                             default_tier="cold", checked_at=0.0)
+        # the batch's key (or, started in the web app, its user), checked again before its
+        # first line (checked_at 0)
+        if batch.api_key_id is None and batch.created_by_id is not None:
+            self.caller = Caller(batch.tenant, "user", user=batch.created_by,
+                                 default_tier="cold", checked_at=0.0)
+        else:
+            self.caller = Caller(batch.tenant, "api_key", api_key=batch.api_key,
+                                 default_tier="cold", checked_at=0.0)
         self.started = self.touched = time.monotonic()
         self.deadline = batch.deadline_at.timestamp()
 
@@ -231,7 +236,8 @@ class ChunkRunner:
 def chunk_run(*, batch_id: int, first: int, last: int,
               client: EngineClient | None = None) -> ChunkResult:
     """Run the pending lines numbered ``first..last`` of a running batch (the chunk task)."""
-    batch = Batch.objects.select_related("tenant", "api_key__tenant").filter(pk=batch_id).first()
+    batch = (Batch.objects.select_related("tenant", "api_key__tenant", "created_by")
+             .filter(pk=batch_id).first())
     if batch is None or batch.status not in RUNNING_STATUSES:
         return ChunkResult(stopped="gone" if batch is None else batch.status)
     if batch.deadline_at <= timezone.now():

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from apps.batches.models import BatchFile
+from apps.batches.models import BatchFile, could_be_id
+from apps.batches.storage import content_chunks, parts_write
 from apps.tenants.models import Tenant
 from laser_platform.errors import BadRequestError, NotFoundError, RequestTooLargeError
 
@@ -36,49 +40,86 @@ def expiry_seconds(value: Any, *, param: str) -> int:
     return seconds
 
 
-def file_create(*, tenant: Tenant, filename: str, content: bytes, purpose: str,
-                expires_after_s: int | None = None) -> BatchFile:
-    """Store an uploaded file. Only ``purpose=batch`` is accepted (this server has no other
-    API that reads files); size over ``LASER_BATCH_MAX_FILE_BYTES`` is a 413."""
+def tenant_storage_used(*, tenant: Tenant) -> int:
+    """Bytes of the tenant's live files (uploads and generated output/error files)."""
+    rows = BatchFile.objects.filter(tenant=tenant).exclude(expires_at__lte=timezone.now())
+    return rows.aggregate(used=Sum("bytes"))["used"] or 0
+
+
+def storage_quota_check(*, tenant: Tenant, size: int) -> None:
+    """400 ``storage_quota_exceeded`` when ``size`` more bytes would pass the tenant's quota."""
+    quota = settings.LASER_FILE_STORAGE_MB * 1024 * 1024
+    used = tenant_storage_used(tenant=tenant)
+    if used + size > quota:
+        raise BadRequestError(
+            f"This upload ({size} bytes) would exceed your file storage quota: {used} of "
+            f"{quota} bytes are in use. Delete files you no longer need (DELETE /v1/files/"
+            "{file_id}) or wait for them to expire.", param="file",
+            code="storage_quota_exceeded")
+
+
+def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[bytes],
+                purpose: str, expires_after_s: int | None = None,
+                size: int | None = None) -> BatchFile:
+    """Store an uploaded file, ``content`` as bytes or as chunks of ``size`` bytes in all.
+
+    Only ``purpose=batch`` is accepted (this server has no other API that reads files); over
+    ``LASER_BATCH_MAX_FILE_BYTES`` is a 413 (on the declared size before a byte is stored, and
+    again while the chunks arrive); over the tenant's ``LASER_FILE_STORAGE_MB`` a 400
+    ``storage_quota_exceeded`` (on the declared size, or once stored when none is declared).
+    Two concurrent uploads may pass the quota together: it is checked, not reserved.
+    """
     if purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError(f"Invalid purpose '{purpose}': this server accepts 'batch' only.",
                               param="purpose", code="invalid_value")
+    if isinstance(content, bytes):
+        content, size = [content], len(content)
     limit = settings.LASER_BATCH_MAX_FILE_BYTES
-    if len(content) > limit:
-        raise RequestTooLargeError(f"File is {len(content)} bytes; the limit is {limit} bytes.",
+    if size is not None and size > limit:
+        raise RequestTooLargeError(f"File is {size} bytes; the limit is {limit} bytes.",
                                    param="file")
-    if not content:
+    if size == 0:
         raise BadRequestError("The file is empty.", param="file", code="empty_file")
+    storage_quota_check(tenant=tenant, size=size or 0)
     ttl = expires_after_s if expires_after_s is not None else settings.LASER_BATCH_FILE_TTL_S
-    return BatchFile.objects.create(
-        tenant=tenant, filename=filename[:255] or "upload.jsonl", purpose=purpose,
-        bytes=len(content), content=content,
-        expires_at=timezone.now() + dt.timedelta(seconds=ttl),
-    )
+    with transaction.atomic():
+        created = BatchFile.objects.create(
+            tenant=tenant, filename=filename.replace("\x00", "")[:255] or "upload.jsonl",
+            purpose=purpose, bytes=0, expires_at=timezone.now() + dt.timedelta(seconds=ttl))
+        created.bytes = parts_write(file=created, chunks=content, limit=limit)
+        if not created.bytes:
+            raise BadRequestError("The file is empty.", param="file", code="empty_file")
+        created.save(update_fields=["bytes"])
+        if size is None:  # the file counts itself now; a refusal rolls it back
+            storage_quota_check(tenant=tenant, size=0)
+    return created
 
 
-def output_file_create(*, tenant: Tenant, filename: str, content: bytes,
+def output_file_create(*, tenant: Tenant, filename: str, lines: Iterable[bytes],
                        ttl_s: int) -> BatchFile:
-    """A generated output or error file (purpose ``batch_output``)."""
-    return BatchFile.objects.create(
-        tenant=tenant, filename=filename, purpose=BatchFile.Purpose.BATCH_OUTPUT,
-        bytes=len(content), content=content,
-        expires_at=timezone.now() + dt.timedelta(seconds=ttl_s),
-    )
+    """A generated output or error file (purpose ``batch_output``), stored as ``lines``
+    arrive. Not held to the quota: a batch's results are never dropped."""
+    created = BatchFile.objects.create(
+        tenant=tenant, filename=filename, purpose=BatchFile.Purpose.BATCH_OUTPUT, bytes=0,
+        expires_at=timezone.now() + dt.timedelta(seconds=ttl_s))
+    created.bytes = parts_write(file=created, chunks=lines)
+    created.save(update_fields=["bytes"])
+    return created
 
 
 def file_get(*, tenant: Tenant, file_id: str) -> BatchFile:
     """The tenant's live file ``file_id``; another tenant's or an expired file is a 404."""
-    found = (BatchFile.objects.defer("content")
-             .filter(tenant=tenant, uid=file_id).first())
+    found = (BatchFile.objects.filter(tenant=tenant, uid=file_id).first()
+             if could_be_id(file_id) else None)
     if found is None or _expired(found):
         raise NotFoundError(f"No such File object: {file_id}", param="id", code="file_not_found")
     return found
 
 
-def file_content(*, tenant: Tenant, file_id: str) -> bytes:
+def file_content(*, tenant: Tenant, file_id: str) -> tuple[BatchFile, Iterator[bytes]]:
+    """The file and its bytes, one stored part at a time."""
     found = file_get(tenant=tenant, file_id=file_id)
-    return bytes(BatchFile.objects.values_list("content", flat=True).get(pk=found.pk))
+    return found, content_chunks(found.pk)
 
 
 def file_delete(*, tenant: Tenant, file_id: str) -> str:
@@ -90,14 +131,14 @@ def file_delete(*, tenant: Tenant, file_id: str) -> str:
 def files_list(*, tenant: Tenant, purpose: str | None = None, after: str | None = None,
                limit: int = 10_000, order: str = "desc") -> tuple[list[BatchFile], bool]:
     """A page of the tenant's live files and whether more follow (cursor ``after``)."""
-    rows = BatchFile.objects.defer("content").filter(tenant=tenant).exclude(
+    rows = BatchFile.objects.filter(tenant=tenant).exclude(
         expires_at__lte=timezone.now())
     if purpose:
-        rows = rows.filter(purpose=purpose)
+        rows = rows.filter(purpose=purpose) if purpose in BatchFile.Purpose.values else rows.none()
     rows = rows.order_by("id" if order == "asc" else "-id")
     if after:
         anchor = BatchFile.objects.filter(tenant=tenant, uid=after).values_list("id", flat=True)
-        anchor_id = anchor.first()
+        anchor_id = anchor.first() if could_be_id(after) else None
         if anchor_id is None:
             raise NotFoundError(f"No such File object: {after}", param="after")
         rows = rows.filter(id__gt=anchor_id) if order == "asc" else rows.filter(id__lt=anchor_id)
@@ -107,8 +148,8 @@ def files_list(*, tenant: Tenant, purpose: str | None = None, after: str | None 
 
 def files_delete_expired(*, now: dt.datetime | None = None) -> int:
     """Delete every file past its ``expires_at`` (periodic cleanup). Returns how many."""
-    deleted, _ = BatchFile.objects.filter(expires_at__lte=now or timezone.now()).delete()
-    return deleted
+    _, per_model = BatchFile.objects.filter(expires_at__lte=now or timezone.now()).delete()
+    return per_model.get(BatchFile._meta.label, 0)  # not counting their parts
 
 
 def _expired(found: BatchFile) -> bool:

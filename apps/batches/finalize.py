@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 
 from django.db import transaction
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from apps.batches.files import output_file_create
@@ -47,26 +49,26 @@ def output_line(line: BatchLine) -> dict:
             "error": line.error}
 
 
-def _jsonl(lines: list[BatchLine]) -> bytes:
-    return b"".join(json.dumps(output_line(x), separators=(",", ":")).encode() + b"\n"
-                    for x in lines)
+def _jsonl(lines: QuerySet[BatchLine]) -> Iterator[bytes]:
+    for line in lines.iterator(chunk_size=500):
+        yield json.dumps(output_line(line), separators=(",", ":")).encode() + b"\n"
 
 
 def _write_files(batch: Batch) -> None:
-    lines = list(batch.lines.exclude(status=LineStatus.PENDING).order_by("line_no"))
-    ok = [x for x in lines if x.status == LineStatus.SUCCEEDED]
-    bad = [x for x in lines if x.status != LineStatus.SUCCEEDED]
+    """The output and error files, written line by line as the rows are read."""
+    done = batch.lines.exclude(status=LineStatus.PENDING).order_by("line_no")
+    ok, bad = done.filter(status=LineStatus.SUCCEEDED), done.exclude(status=LineStatus.SUCCEEDED)
     ttl = batch.output_expires_after_s
-    if ok:
+    if ok.exists():
         batch.output_file = output_file_create(
-            tenant=batch.tenant, filename=f"{batch.uid}_output.jsonl", content=_jsonl(ok),
+            tenant=batch.tenant, filename=f"{batch.uid}_output.jsonl", lines=_jsonl(ok),
             ttl_s=ttl)
-    if bad:
+    if bad.exists():
         batch.error_file = output_file_create(
-            tenant=batch.tenant, filename=f"{batch.uid}_error.jsonl", content=_jsonl(bad),
+            tenant=batch.tenant, filename=f"{batch.uid}_error.jsonl", lines=_jsonl(bad),
             ttl_s=ttl)
-    prompt = sum(x.prompt_tokens for x in ok)
-    completion = sum(x.completion_tokens for x in ok)
+    sums = ok.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    prompt, completion = sums["prompt"] or 0, sums["completion"] or 0
     batch.usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
                    "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
                    "total_tokens": prompt + completion}

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 
 from apps.tenants.models import ApiKey, Tenant
+
+
+def could_be_id(value: str) -> bool:
+    """Whether ``value`` could be a stored public id. PostgreSQL refuses a text parameter with
+    a NUL byte (a 500 if sent), and no id is longer than the column."""
+    return isinstance(value, str) and len(value) <= 40 and "\x00" not in value
 
 
 def new_file_id() -> str:
@@ -27,7 +34,9 @@ class BatchFile(models.Model):
 
     The database (not a directory) holds the bytes so that web front ends and Celery workers on
     different machines see the same files with no shared filesystem, and a file and the rows
-    that reference it commit together.
+    that reference it commit together. The bytes live in ``BatchFilePart`` rows of at most
+    ``PART_BYTES`` each, written and read one part at a time (``storage.py``), so no process
+    holds a whole file in memory.
     """
 
     class Purpose(models.TextChoices):
@@ -39,7 +48,6 @@ class BatchFile(models.Model):
     filename = models.CharField(max_length=255)
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     bytes = models.BigIntegerField()
-    content = models.BinaryField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
@@ -49,6 +57,17 @@ class BatchFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.uid} ({self.filename})"
+
+
+class BatchFilePart(models.Model):
+    """Bytes ``[seq * PART_BYTES, (seq + 1) * PART_BYTES)`` of a file."""
+
+    file = models.ForeignKey(BatchFile, on_delete=models.CASCADE, related_name="parts")
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["file", "seq"], name="batch_file_part")]
 
 
 class BatchStatus(models.TextChoices):
@@ -77,6 +96,11 @@ class Batch(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="batches")
     api_key = models.ForeignKey(
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # A batch started in the web app has no key: its lines run as the user who started it.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+"
     )
     input_file = models.ForeignKey(
         BatchFile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

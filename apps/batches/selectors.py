@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.batches.models import Batch, BatchLine, BatchStatus, LineStatus
+from apps.batches.models import Batch, BatchLine, BatchStatus, LineStatus, could_be_id
 from apps.tenants.models import Tenant
 from laser_platform.errors import NotFoundError
 
@@ -62,7 +62,8 @@ def batches_list(*, tenant: Tenant, after: str | None = None,
     """The tenant's batches, newest first, after the cursor ``after``; and whether more follow."""
     rows = Batch.objects.filter(tenant=tenant).order_by("-id")
     if after:
-        anchor = Batch.objects.filter(tenant=tenant, uid=after).values_list("id", flat=True)
+        anchor = Batch.objects.filter(tenant=tenant, uid=after if could_be_id(after) else "")
+        anchor = anchor.values_list("id", flat=True)
         anchor_id = anchor.first()
         if anchor_id is None:
             raise NotFoundError(f"No such Batch object: {after}", param="after")

@@ -13,13 +13,21 @@ import datetime as dt
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.batches import dispatch
 from apps.batches.files import expiry_seconds, file_get
-from apps.batches.models import Batch, BatchFile, BatchLine, BatchStatus, LineStatus
+from apps.batches.models import (
+    Batch,
+    BatchFile,
+    BatchLine,
+    BatchStatus,
+    LineStatus,
+    could_be_id,
+)
 from apps.batches.reports import report_batch_state, report_line
+from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
 from apps.slo.selectors import contract_for
@@ -37,28 +45,29 @@ def _check_metadata(metadata: Any) -> dict | None:
         return None
     ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
         isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
-        for k, v in metadata.items())
+        and "\x00" not in k + v for k, v in metadata.items())
     if not ok:
         raise BadRequestError("'metadata' takes at most 16 string pairs (keys up to 64 "
-                              "characters, values up to 512).", param="metadata",
+                              "characters, values up to 512, no NUL).", param="metadata",
                               code="invalid_value")
     return metadata
 
 
 def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, endpoint: Any,
                  completion_window: Any, metadata: Any = None,
-                 output_expires_after: Any = None) -> Batch:
+                 output_expires_after: Any = None, created_by: Any = None) -> Batch:
     """Accept a batch (status ``validating``) and enqueue its validation.
 
     400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
-    promise, bad metadata; 404 for an input file the tenant does not have.
+    promise, bad metadata; 404 for an input file the tenant does not have. ``created_by``:
+    the signed-in user who started it without a key (its lines run as that user).
     """
-    if endpoint not in ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise BadRequestError(f"'endpoint' must be one of {sorted(ENDPOINTS)}.",
                               param="endpoint", code="invalid_value")
     if not isinstance(input_file_id, str) or not input_file_id:
-        raise BadRequestError("'input_file_id' is required.", param="input_file_id",
-                              code="missing_required_parameter")
+        raise BadRequestError("'input_file_id' must be a file id string (such as "
+                              "'file-abc123').", param="input_file_id", code="invalid_type")
     input_file = file_get(tenant=tenant, file_id=input_file_id)
     if input_file.purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError("The input file must have purpose 'batch'.",
@@ -67,7 +76,8 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     window_s = window_deadline_s(completion_window, contract=contract)
     now = timezone.now()
     batch = Batch.objects.create(
-        tenant=tenant, api_key=api_key, input_file=input_file, input_file_uid=input_file.uid,
+        tenant=tenant, api_key=api_key, created_by=created_by, input_file=input_file,
+        input_file_uid=input_file.uid,
         endpoint=endpoint, completion_window=completion_window.strip(),
         metadata=_check_metadata(metadata), contract_version_id=contract.version_id,
         output_expires_after_s=expiry_seconds(output_expires_after,
@@ -80,7 +90,8 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
 
 
 def batch_get(*, tenant: Tenant, batch_id: str) -> Batch:
-    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first()
+    found = Batch.objects.filter(tenant=tenant, uid=batch_id).first() \
+        if could_be_id(batch_id) else None
     if found is None:
         raise NotFoundError(f"No such Batch object: {batch_id}", param="batch_id",
                             code="batch_not_found")
@@ -114,15 +125,22 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     batch = Batch.objects.select_related("tenant", "api_key").filter(pk=batch_id).first()
     if batch is None or batch.status != BatchStatus.VALIDATING:
         return batch
-    content = (BatchFile.objects.filter(pk=batch.input_file_id)
-               .values_list("content", flat=True).first())
+    present = BatchFile.objects.filter(pk=batch.input_file_id).exists()
     contract = contract_for(tenant=batch.tenant, tier=COLD)
-    if content is None or contract is None:
-        why = "The input file was deleted." if content is None else "No cold contract."
+    if not present or contract is None:
+        why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
-    result = validate_input(bytes(content), endpoint=batch.endpoint, tenant=batch.tenant,
-                            api_key=batch.api_key, contract=contract)
+    try:
+        result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
+                                tenant=batch.tenant, api_key=batch.api_key, contract=contract)
+    except DatabaseError:
+        raise  # transient: the task fails and the sweep re-dispatches the batch
+    except Exception:  # a bug must fail the batch visibly, not leave it validating for a day
+        logger.exception("validating batch %s failed", batch.uid)
+        return _fail(batch, [{"code": "invalid_file", "message": "The input file could not be "
+                              "validated (a server error, logged).", "param": None,
+                              "line": None}])
     if not result.ok:
         return _fail(batch, result.errors)
     return _start(batch, result.lines)

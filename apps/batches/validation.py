@@ -9,8 +9,7 @@ the endpoint would give, because the gateway's own parser decides (``apps.gatewa
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ from django.conf import settings
 
 from apps.gateway.serving import parse_chat_request, parse_completion_request
 from laser_platform.errors import APIError
+from laser_platform.jsonbody import loads_bounded
 
 ENDPOINTS: dict[str, Callable[..., Any]] = {
     "/v1/chat/completions": parse_chat_request,
@@ -59,7 +59,8 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
         if name not in row:
             return _error("missing_required_parameter", f"Missing '{name}'.", line_no, name)
     custom_id = row["custom_id"]
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID \
+            or "\x00" in custom_id:
         return _error("invalid_custom_id",
                       f"'custom_id' must be a non-empty string of at most {MAX_CUSTOM_ID} "
                       "characters.", line_no, "custom_id")
@@ -71,7 +72,25 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
                       line_no, "url")
     if not isinstance(row["body"], dict):
         return _error("invalid_body", "'body' must be a JSON object.", line_no, "body")
+    if _has_nul(row["body"]):  # PostgreSQL's jsonb cannot hold it
+        return _error("invalid_body", "'body' contains U+0000 (NUL), which batch input cannot "
+                      "hold.", line_no, "body")
     return None
+
+
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _refusal(body: dict, endpoint: str, *, tenant: Any, api_key: Any,
@@ -83,33 +102,40 @@ def _refusal(body: dict, endpoint: str, *, tenant: Any, api_key: Any,
     return None
 
 
-def validate_input(content: bytes, *, endpoint: str, tenant: Any, api_key: Any,
-                   contract: Any) -> Validated:
-    """Check every line of ``content`` for ``endpoint``; see the module docstring."""
-    result = Validated()
+def _parse_line(raw: bytes, line_no: int) -> tuple[Any, dict | None]:
+    """The JSON value of one line, or the file-level error saying why it has none."""
     try:
-        text = content.decode("utf-8")
+        return loads_bounded(raw.decode("utf-8")), None
     except UnicodeDecodeError:
-        result.errors.append(_error("invalid_file", "The file is not UTF-8 text.", None))
-        return result
+        return None, _error("invalid_file", "The file is not UTF-8 text.", line_no)
+    except ValueError as exc:  # malformed, or nested past LASER_MAX_JSON_DEPTH
+        return None, _error("invalid_json_line", f"Invalid JSON: {exc}.", line_no)
+
+
+def validate_input(content: bytes | Iterable[bytes], *, endpoint: str, tenant: Any,
+                   api_key: Any, contract: Any) -> Validated:
+    """Check every line of ``content`` (the file, or its lines) for ``endpoint``; see the
+    module docstring. Lines end at ``\n`` only: U+2028 and friends are valid inside JSON
+    strings, so ``str.splitlines`` would cut a good line in two."""
+    result = Validated()
+    lines = content.split(b"\n") if isinstance(content, bytes) else content
     seen: set[str] = set()
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    for line_no, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         if len(result.errors) >= MAX_FILE_ERRORS:
             break
-        try:
-            row = json.loads(raw)
-        except ValueError as exc:
-            result.errors.append(_error("invalid_json_line", f"Invalid JSON: {exc}.", line_no))
-            continue
-        problem = _check_envelope(row, line_no, endpoint)
+        row, problem = _parse_line(raw, line_no)
+        if problem is None:
+            problem = _check_envelope(row, line_no, endpoint)
         if problem is None and row["custom_id"] in seen:
             problem = _error("duplicate_custom_id",
                              f"The custom_id '{row['custom_id']}' appears more than once.",
                              line_no, "custom_id")
         if problem is not None:
             result.errors.append(problem)
+            if problem["code"] == "invalid_file":
+                break
             continue
         seen.add(row["custom_id"])
         refusal = _refusal(row["body"], endpoint, tenant=tenant, api_key=api_key,

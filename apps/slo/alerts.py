@@ -1,22 +1,22 @@
 """Breach alerts: a term missed over a window sends a webhook (optional, per tenant) and an
 email through Django's mail backend, at most once per term and window.
 
-"At most once" is the unique constraint on ``BreachAlert``: whoever creates the row delivers;
-a re-run, or a second worker racing on the same window, finds the row and sends nothing.
+"At most once" is the unique constraint on ``BreachAlert``: whoever creates the row enqueues
+its delivery; a re-run, or a second worker racing on the same window, finds the row and sends
+nothing. Delivery is a Celery task (``tasks.deliver_alert_task``) enqueued after commit: the
+email once, the webhook through ``webhooks.post`` with a timeout and bounded retries.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
+from apps.slo import webhooks
 from apps.slo.models import AlertSettings, BreachAlert
 from apps.tenants.models import Membership, Tenant
 
@@ -44,7 +44,7 @@ def raise_breaches(rows: Iterable[dict]) -> list[BreachAlert]:
             )
             if new:
                 created.append(alert)
-                transaction.on_commit(lambda pk=alert.pk: deliver(pk))
+                transaction.on_commit(lambda pk=alert.pk: _enqueue(pk))
     return created
 
 
@@ -56,19 +56,14 @@ def _payload(alert: BreachAlert, tenant: Tenant) -> dict:
     }
 
 
-def _post_webhook(url: str, payload: dict) -> str:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "laser-slo"},
-    )
-    timeout = getattr(settings, "LASER_SLO_WEBHOOK_TIMEOUT_S", 5.0)
+def _enqueue(alert_id: int) -> None:
+    from apps.slo.tasks import deliver_alert_task
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return f"{response.status}"
-    except urllib.error.HTTPError as exc:
-        return f"{exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return f"failed: {exc}"[:64]
+        deliver_alert_task.delay(alert_id)
+    except Exception:  # a broker outage must not fail the aggregation that raised the alert
+        logger.exception("could not enqueue delivery of SLO alert %s", alert_id)
+        BreachAlert.objects.filter(pk=alert_id).update(webhook_status="failed: not enqueued")
 
 
 def _recipients(tenant: Tenant, config: AlertSettings | None) -> list[str]:
@@ -78,27 +73,43 @@ def _recipients(tenant: Tenant, config: AlertSettings | None) -> list[str]:
     return [m.user.email for m in admins.select_related("user") if m.user.email]
 
 
-def deliver(alert_id: int) -> None:
-    """Send one alert's webhook and email; failures are recorded on the row, not retried."""
+def _email(alert: BreachAlert, config: AlertSettings | None, payload: dict) -> None:
+    tenant = alert.tenant
+    recipients = _recipients(tenant, config)
+    if alert.emailed or not recipients:
+        return
+    subject = (f"[Laser] {tenant.name}: {alert.tier} {alert.term} missed "
+               f"({alert.window} from {alert.window_start:%Y-%m-%d %H:%M} UTC)")
+    body = "\n".join(f"{k}: {v}" for k, v in payload.items())
+    sender = getattr(settings, "LASER_SLO_ALERT_FROM", "laser@localhost")
+    try:
+        send_mail(subject, body, sender, recipients)
+    except Exception:  # a broken mail server must not stop the webhook
+        logger.exception("SLO alert email failed for %s", alert)
+        return
+    alert.emailed = True
+    BreachAlert.objects.filter(pk=alert.pk).update(emailed=True)
+
+
+def deliver(alert_id: int, *, attempt: int = 0, retries_left: int = 0) -> bool:
+    """Send one alert's email (once) and webhook; True when the webhook should be retried.
+
+    The webhook's outcome goes to ``webhook_status`` (what the tenant reads): ``delivered:
+    HTTP nnn``, ``failed: HTTP nnn`` / ``failed: <fixed reason>``, or ``retrying (...)``
+    while attempts remain.
+    """
     alert = BreachAlert.objects.select_related("tenant").filter(pk=alert_id).first()
     if alert is None:
-        return
-    tenant = alert.tenant
-    config = AlertSettings.objects.filter(tenant=tenant).first()
+        return False
+    config = AlertSettings.objects.filter(tenant=alert.tenant).first()
     if config is not None and not config.enabled:
-        return
-    payload = _payload(alert, tenant)
-    if config is not None and config.webhook_url:
-        alert.webhook_status = _post_webhook(config.webhook_url, payload)
-    recipients = _recipients(tenant, config)
-    if recipients:
-        subject = (f"[Laser] {tenant.name}: {alert.tier} {alert.term} missed "
-                   f"({alert.window} from {alert.window_start:%Y-%m-%d %H:%M} UTC)")
-        body = "\n".join(f"{k}: {v}" for k, v in payload.items())
-        sender = getattr(settings, "LASER_SLO_ALERT_FROM", "laser@localhost")
-        try:
-            send_mail(subject, body, sender, recipients)
-            alert.emailed = True
-        except Exception:  # a broken mail server must not stop the aggregation
-            logger.exception("SLO alert email failed for %s", alert)
-    alert.save(update_fields=["webhook_status", "emailed"])
+        return False
+    payload = _payload(alert, alert.tenant)
+    _email(alert, config, payload)
+    if config is None or not config.webhook_url or alert.webhook_status.startswith("delivered"):
+        return False
+    result = webhooks.post(config.webhook_url, payload)
+    retry = result.retry and retries_left > 0
+    status = f"retrying after attempt {attempt + 1} ({result.status})" if retry else result.status
+    BreachAlert.objects.filter(pk=alert.pk).update(webhook_status=status[:64])
+    return retry

@@ -1,13 +1,18 @@
-"""Read-only SLO API: contracts, fulfilment per window (JSON or CSV), usage per key/tier/day.
+"""SLO API: contracts, fulfilment per window (JSON or CSV), usage per key/tier/day.
 
 Authenticated by API key (scripts) or by session (the dashboard). A tenant sees only its own;
-platform staff see all and may pass ``tenant=<slug>``.
+platform staff see all and may pass ``tenant=<slug>``. Everything is read-only except changing
+a contract's terms (``PATCH /api/slo/contracts/<tier>``), which a tenant admin's session may do
+within the plan's bounds (a new contract version, never an edit of history) and platform staff
+may do for any tenant beyond them. Records, usage, alerts and versions have no write or delete
+endpoint.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework import authentication, serializers
@@ -16,24 +21,45 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.slo import csv_export, fulfilment, usage, windows
-from apps.slo.access import tenant_ids, tenant_scope
-from apps.slo.selectors import contracts_for_tenant
+from apps.slo.access import is_platform_staff, tenant_ids, tenant_scope
+from apps.slo.models import ContractTerms, SLOContract
+from apps.slo.selectors import contract_for, contracts_for_tenant
+from apps.slo.services import contract_update
 from apps.tenants.authentication import ApiKeyAuthentication
 from apps.tenants.models import Tenant
-from laser_platform.errors import BadRequestError
+from apps.tenants.selectors import user_is_tenant_admin
+from laser_platform.errors import BadRequestError, NotFoundError, PermissionDeniedError
 
 MAX_WINDOWS = 5000
 DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),
                 "day": dt.timedelta(days=30)}
 
 
+# Times outside these bounds are refused (400): spans and windows are added to them, and a
+# datetime near year 1 or 9999 would overflow there (a 500).
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+OUT_OF_RANGE = "must be between 1970-01-01 and 9000-01-01."
+
+
+def _in_range(value: dt.datetime) -> dt.datetime:
+    try:
+        if EARLIEST <= value <= LATEST:
+            return value
+    except OverflowError:
+        pass
+    raise serializers.ValidationError(OUT_OF_RANGE)
+
+
 class TimeField(serializers.Field):
-    """An ISO 8601 datetime or date (UTC if naive), or Unix seconds."""
+    """An ISO 8601 datetime or date (UTC if naive), or Unix seconds, within the bounds above."""
 
     def to_internal_value(self, data: object) -> dt.datetime:
         text = str(data).strip()
         try:
             value = dt.datetime.fromtimestamp(float(text), tz=dt.UTC)
+        except (OverflowError, OSError):  # inf, 1e300: a number, but no time
+            raise serializers.ValidationError(OUT_OF_RANGE) from None
         except ValueError:
             try:
                 value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -41,7 +67,16 @@ class TimeField(serializers.Field):
                 raise serializers.ValidationError(
                     "use an ISO 8601 time (2026-01-05T10:00:00Z), a date or Unix seconds."
                 ) from None
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return _in_range(value if value.tzinfo else value.replace(tzinfo=dt.UTC))
+
+
+class DayField(serializers.DateField):
+    """A date within the bounds above."""
+
+    def to_internal_value(self, value: object) -> dt.date:
+        day = super().to_internal_value(value)
+        _in_range(dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC))
+        return day
 
 
 class _SloApi(APIView):
@@ -60,6 +95,49 @@ class ContractListApi(_SloApi):
             for snap in contracts_for_tenant(tenant=tenant):
                 data.append({"object": "slo.contract", "tenant": tenant.slug, **snap.as_dict()})
         return Response({"object": "list", "data": data})
+
+
+class ContractUpdateApi(_SloApi):
+    """``PATCH /api/slo/contracts/<tier>`` with some terms: a new version of the contract."""
+
+    def patch(self, request: Request, tier: str) -> Response:
+        if getattr(request.user, "api_key", None) is not None:
+            raise PermissionDeniedError("Contracts are changed by a tenant admin or platform "
+                                        "staff, not with an API key.")
+        staff = is_platform_staff(request.user)
+        if not staff and not user_is_tenant_admin(request.user):
+            raise PermissionDeniedError("Only a tenant admin may change its contracts.")
+        body = dict(request.data) if isinstance(request.data, dict) else {}
+        requested = body.pop("tenant", None)
+        scope = tenant_scope(request.user, str(requested) if requested else None)
+        if scope is None:
+            raise BadRequestError("Platform staff name the tenant: 'tenant': '<slug>'.",
+                                  param="tenant")
+        tenant = scope[0]
+        contract = SLOContract.objects.filter(tenant=tenant, tier=tier).first()
+        if contract is None:
+            raise NotFoundError(f"No {tier!r} contract for tenant '{tenant.slug}'.",
+                                param="tier")
+        terms = body
+        unknown = sorted(set(terms) - set(ContractTerms.TERM_FIELDS))
+        if unknown:
+            raise BadRequestError(f"Unknown contract terms: {unknown}.", param=unknown[0])
+        try:
+            contract_update(contract=contract, created_by=request.user.get_username(),
+                            beyond_plan=staff, **terms)
+        except (ValidationError, TypeError, ValueError) as exc:
+            raise _bad_terms(exc) from None
+        snap = contract_for(tenant=tenant, tier=tier)
+        return Response({"object": "slo.contract", "tenant": tenant.slug, **snap.as_dict()})
+
+
+def _bad_terms(exc: Exception) -> BadRequestError:
+    if isinstance(exc, ValidationError) and hasattr(exc, "message_dict"):
+        errors = exc.message_dict
+        param = next(iter(errors))
+        return BadRequestError(" ".join(m for ms in errors.values() for m in ms), param=param,
+                               code="contract_out_of_bounds")
+    return BadRequestError("Contract terms must be numbers (and 'demotable' a boolean).")
 
 
 class FulfilmentApi(_SloApi):
@@ -104,8 +182,8 @@ class FulfilmentCsvApi(FulfilmentApi):
 
 class UsageApi(_SloApi):
     class FilterSerializer(serializers.Serializer):
-        since = serializers.DateField(required=False)
-        until = serializers.DateField(required=False)
+        since = DayField(required=False)
+        until = DayField(required=False)
         tenant = serializers.SlugField(required=False)
 
     def rows(self, request: Request) -> list[dict]:

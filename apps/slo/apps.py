@@ -10,9 +10,10 @@ class SloConfig(AppConfig):
     verbose_name = "SLO contracts and fulfilment"
 
     def ready(self) -> None:
-        from apps.slo import reporting, tasks
+        from apps.slo import reporting, signals, tasks
 
         reporting.install()
+        signals.install()
         try:
             from laser_platform.celery import app
 

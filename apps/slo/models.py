@@ -101,12 +101,17 @@ class SLOContract(ContractTerms):
     def __str__(self) -> str:
         return f"{self.tenant} · {self.tier}"
 
+    # Set (never stored) by the admin for platform staff, who may sign beyond the plan.
+    sign_beyond_plan = False
+
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from apps.slo.validation import validate_terms
+        from apps.slo.validation import validate_contract
 
-        errors = validate_terms(self.terms())
+        signed = self.current_version.terms() if self.current_version_id else None
+        errors = validate_contract(self.terms(), tenant_id=self.tenant_id, tier=self.tier,
+                                   beyond_plan=self.sign_beyond_plan, signed=signed)
         if errors:
             raise ValidationError(errors)
 

@@ -19,8 +19,9 @@ from apps.slo.reporting import (  # noqa: F401 (public API)
     report_request,
     tbt_stats,
 )
-from apps.slo.validation import validate_terms
+from apps.slo.validation import validate_contract
 from apps.tenants.models import Tenant, Tier
+from apps.tenants.plans import plan_default_terms
 
 # The design's table, per tier. Fields not listed take the model defaults.
 DEFAULT_TERMS: dict[str, dict] = {
@@ -36,57 +37,83 @@ def _version_differs(contract: SLOContract) -> bool:
 
 
 @transaction.atomic
-def contract_save(*, contract: SLOContract, created_by: str = "") -> SLOContract:
+def contract_save(
+    *, contract: SLOContract, created_by: str = "", beyond_plan: bool = False
+) -> SLOContract:
     """Validate and save ``contract``; when its terms changed, freeze them as a new version.
 
-    Versions are never edited: history stays exactly what earlier requests were measured
-    against. Raises ``ValidationError`` with per-field messages.
+    Terms must be what the platform can honour and, unless ``beyond_plan`` (platform staff
+    only), changed terms must lie within the tenant's plan bounds. Versions are never edited:
+    history stays exactly what earlier requests were measured against. Raises
+    ``ValidationError`` per field.
     """
-    errors = validate_terms(contract.terms())
+    signed = contract.current_version.terms() if contract.current_version_id else None
+    errors = validate_contract(contract.terms(), tenant_id=contract.tenant_id, tier=contract.tier,
+                               beyond_plan=beyond_plan, signed=signed)
     if errors:
         raise ValidationError(errors)
     contract.save()
     if _version_differs(contract):
-        last = contract.versions.order_by("-number").values_list("number", flat=True).first()
-        version = ContractVersion.objects.create(
-            contract=contract, number=(last or 0) + 1, created_by=created_by[:150],
-            **contract.terms(),
-        )
-        contract.current_version = version
-        contract.save(update_fields=["current_version", "updated_at"])
+        _freeze_version(contract=contract, created_by=created_by)
     return contract
 
 
-def contract_create(
-    *, tenant: Tenant, tier: str, created_by: str = "", **terms: object
-) -> SLOContract:
-    """A new contract for ``tenant`` and ``tier`` (defaults from the design's table)."""
-    unknown = set(terms) - set(ContractTerms.TERM_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown contract terms: {sorted(unknown)}")
-    values = {**DEFAULT_TERMS.get(tier, {}), **terms}
-    return contract_save(
-        contract=SLOContract(tenant=tenant, tier=tier, **values), created_by=created_by
+def _freeze_version(*, contract: SLOContract, created_by: str) -> ContractVersion:
+    """Snapshot ``contract``'s terms as its next version and make it the one in force."""
+    last = contract.versions.order_by("-number").values_list("number", flat=True).first()
+    version = ContractVersion.objects.create(
+        contract=contract, number=(last or 0) + 1, created_by=created_by[:150],
+        **contract.terms(),
     )
+    contract.current_version = version
+    contract.save(update_fields=["current_version", "updated_at"])
+    return version
 
 
-def contract_update(*, contract: SLOContract, created_by: str = "", **terms: object) -> SLOContract:
-    """Change some terms of ``contract``; creates a new version when anything changed."""
+def _check_names(terms: dict) -> None:
     unknown = set(terms) - set(ContractTerms.TERM_FIELDS)
     if unknown:
         raise TypeError(f"unknown contract terms: {sorted(unknown)}")
+
+
+def default_terms(*, tenant: Tenant, tier: str) -> dict[str, object]:
+    """A new ``tier`` contract's terms: the design's table, overridden by the tenant's plan."""
+    return {**DEFAULT_TERMS.get(tier, {}), **plan_default_terms(tenant, tier)}
+
+
+def contract_create(
+    *, tenant: Tenant, tier: str, created_by: str = "", beyond_plan: bool = False,
+    **terms: object,
+) -> SLOContract:
+    """A new contract for ``tenant`` and ``tier`` (unset terms: the plan's default contract)."""
+    _check_names(terms)
+    values = {**default_terms(tenant=tenant, tier=tier), **terms}
+    return contract_save(contract=SLOContract(tenant=tenant, tier=tier, **values),
+                         created_by=created_by, beyond_plan=beyond_plan)
+
+
+def contract_update(
+    *, contract: SLOContract, created_by: str = "", beyond_plan: bool = False, **terms: object
+) -> SLOContract:
+    """Change some terms of ``contract``; creates a new version when anything changed."""
+    _check_names(terms)
     for name, value in terms.items():
         setattr(contract, name, value)
-    return contract_save(contract=contract, created_by=created_by)
+    return contract_save(contract=contract, created_by=created_by, beyond_plan=beyond_plan)
+
+
+PLAN_DEFAULTS_AUTHOR = "plan defaults"
 
 
 def contracts_ensure_defaults(*, tenant: Tenant) -> list[SLOContract]:
-    """Give ``tenant`` a default contract for every tier it lacks (``bootstrap_demo`` calls this).
+    """Give ``tenant`` its plan's default contract for every tier it lacks.
 
-    Existing contracts are left as they are. Returns the tenant's contracts, hot → cold.
+    Runs for every new tenant (``signals``); existing contracts are left as they are. The
+    plan's defaults are signed as platform staff set them. Returns hot → cold.
     """
     existing = {c.tier: c for c in SLOContract.objects.filter(tenant=tenant)}
     for tier in (Tier.HOT, Tier.WARM, Tier.COLD):
         if tier not in existing:
-            existing[tier] = contract_create(tenant=tenant, tier=tier, created_by="defaults")
+            existing[tier] = contract_create(tenant=tenant, tier=tier, beyond_plan=True,
+                                             created_by=PLAN_DEFAULTS_AUTHOR)
     return [existing[t] for t in (Tier.HOT, Tier.WARM, Tier.COLD)]

@@ -7,6 +7,8 @@ from apps.slo.metrics import metrics_view
 
 urlpatterns = [
     path("api/slo/contracts", api.ContractListApi.as_view(), name="slo-contracts"),
+    path("api/slo/contracts/<str:tier>", api.ContractUpdateApi.as_view(),
+         name="slo-contract-update"),
     path("api/slo/fulfilment", api.FulfilmentApi.as_view(), name="slo-fulfilment"),
     path("api/slo/fulfilment.csv", api.FulfilmentCsvApi.as_view(), name="slo-fulfilment-csv"),
     path("api/slo/usage", api.UsageApi.as_view(), name="slo-usage"),

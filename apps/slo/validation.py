@@ -1,11 +1,17 @@
 """Checks on contract terms, with messages a tenant admin can act on (used by the admin form
-through ``SLOContract.clean`` and by the services)."""
+through ``SLOContract.clean``, by the services and by the contract API).
+
+Two layers: ``validate_terms`` is what the platform can honour at all; ``check_bounds`` is what
+the tenant's plan lets it sign (``apps.tenants.plans.tier_bounds``). Platform staff may sign
+beyond the plan, never beyond the platform."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from django.conf import settings
+
+from apps.tenants.plans import TierBounds, tier_bounds
 
 _POSITIVE = {
     "ttft_p99_s": "P99 TTFT",
@@ -57,3 +63,72 @@ def validate_terms(terms: Mapping[str, object]) -> dict[str, str]:
             f"(LASER_COLD_MIN_DEADLINE_S); got {deadline:g} s."
         )
     return errors
+
+
+# Contract term -> (plan bound, "min" or "max", what the tenant reads, unit).
+PLAN_BOUNDS: dict[str, tuple[str, str, str, str]] = {
+    "ttft_p99_s": ("min_ttft_p99_s", "min", "P99 TTFT", " s"),
+    "tbt_p99_s": ("min_tbt_p99_s", "min", "P99 TBT", " s"),
+    "warm_mean_ttft_s": ("min_warm_mean_ttft_s", "min", "Mean TTFT", " s"),
+    "cold_deadline_s": ("min_cold_deadline_s", "min", "Deadline", " s"),
+    "priority_weight": ("max_priority_weight", "max", "Priority weight", ""),
+    "warm_rate_tps": ("max_warm_rate_tps", "max", "Contracted tokens/s", ""),
+    "requests_per_min": ("max_requests_per_min", "max", "Requests per minute", ""),
+    "tokens_per_min": ("max_tokens_per_min", "max", "Tokens per minute", ""),
+    "daily_token_budget": ("max_daily_token_budget", "max", "Daily token budget", " tokens"),
+}
+
+
+def _outside(value: object, bound: float, kind: str) -> bool:
+    if value is None:  # only the daily budget may be empty: unlimited exceeds any maximum
+        return kind == "max"
+    return value < bound if kind == "min" else value > bound
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+def check_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict[str, str]:
+    """Field name → message for every term outside the plan's ``bounds`` (None = unbounded).
+
+    The message names the bound, so a tenant admin knows what the plan allows.
+    """
+    if bounds is None:
+        return {}
+    errors: dict[str, str] = {}
+    for name, (bound_name, kind, label, unit) in PLAN_BOUNDS.items():
+        bound = getattr(bounds, bound_name)
+        if bound is None or name not in terms or not _outside(terms[name], bound, kind):
+            continue
+        value = terms[name]
+        shown = "unlimited" if value is None else f"{_num(value)}{unit}"
+        limit = "at least" if kind == "min" else "at most"
+        errors[name] = (
+            f"{label} {shown} is outside your plan '{bounds.plan}': its bound "
+            f"'{bound_name}' for {bounds.tier} contracts is {limit} {_num(bound)}{unit}. "
+            f"Platform staff can move you to another plan."
+        )
+    return errors
+
+
+def validate_contract(
+    terms: Mapping[str, object],
+    *,
+    tenant_id: int | None,
+    tier: str,
+    beyond_plan: bool = False,
+    signed: Mapping[str, object] | None = None,
+) -> dict[str, str]:
+    """Platform rules, then (unless staff sign ``beyond_plan``) the tenant's plan bounds.
+
+    ``signed`` are the terms of the version in force: a term left as it was signed (e.g. one
+    platform staff granted beyond the plan) is not re-judged; every changed term is.
+    """
+    errors = validate_terms(terms)
+    if beyond_plan or tenant_id is None or not tier:
+        return errors
+    bounds = tier_bounds(tenant_id, tier)
+    changed = {k: v for k, v in terms.items()
+               if k not in errors and (signed is None or signed.get(k) != v)}
+    return {**errors, **check_bounds(changed, bounds)}

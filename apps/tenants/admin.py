@@ -12,19 +12,26 @@ from django.urls import reverse
 
 from apps.tenants.admin_mixins import TenantScopedAdmin, admin_scope
 from apps.tenants.models import ApiKey, Membership, Tenant
-from apps.tenants.services import api_key_issue, api_key_revoke
+from apps.tenants.services import api_key_issue, api_key_revoke, plan_ensure_default
 
 _NEW_KEY_ATTR = "_laser_new_api_key"
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    """Platform staff manage tenants; a tenant admin may only look at their own."""
+    """Platform staff manage tenants and their plans; a tenant admin may only look at their own.
 
-    list_display = ("name", "slug", "is_active", "created_at")
-    list_filter = ("is_active",)
+    A tenant added here gets its plan's default contracts (``apps.slo.signals``)."""
+
+    list_display = ("name", "slug", "plan", "is_active", "created_at")
+    list_filter = ("is_active", "plan")
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        initial.setdefault("plan", plan_ensure_default().pk)
+        return initial
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         scope = admin_scope(request)

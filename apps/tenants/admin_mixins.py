@@ -7,6 +7,9 @@ Who sees what (DESIGN.md, "Who edits what"):
   needing model permissions (the role is the grant);
 - any other member (or a tenant admin without ``is_staff``) gets no admin access to the model.
 
+A bulk action the user may not run (e.g. ``delete_selected`` without delete permission) is
+refused with 403.
+
 Set ``tenant_field`` to the lookup path from the model to its Tenant (``"tenant"`` or e.g.
 ``"contract__tenant"``). ``tenant_fk_filters`` limits other foreign-key choices:
 ``{"created_by": "membership__tenant"}`` means "users whose membership__tenant is mine".
@@ -137,3 +140,11 @@ class TenantScopedAdmin:
     def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
         self.enforce_tenant(request, obj)
         super().save_model(request, obj, form, change)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # Django answers a bulk action the user may not run with "No action selected" and a
+        # redirect; say plainly that it is refused.
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and action not in self.get_actions(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)

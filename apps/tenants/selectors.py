@@ -55,7 +55,7 @@ def api_key_resolve(raw: str | None, *, touch: bool = True) -> ApiKey:
     if parsed is None:
         raise AuthenticationError(MALFORMED_KEY)
     prefix, secret = parsed
-    api_key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    api_key = ApiKey.objects.select_related("tenant__plan").filter(prefix=prefix).first()
     expected = api_key.secret_hash if api_key else _DUMMY_HASH
     if not hmac.compare_digest(keys.hash_key(prefix, secret), expected) or api_key is None:
         raise AuthenticationError(INCORRECT_KEY)
@@ -83,7 +83,7 @@ def tenant_for_user(user: Any) -> Tenant | None:
     tenant = getattr(user, "tenant", None)  # an ApiPrincipal already carries it
     if isinstance(tenant, Tenant):
         return tenant
-    membership = Membership.objects.select_related("tenant").filter(user_id=user.pk).first()
+    membership = Membership.objects.select_related("tenant__plan").filter(user_id=user.pk).first()
     return membership.tenant if membership else None
 
 
@@ -93,7 +93,7 @@ def membership_for_user(user: Any) -> Membership | None:
     if getattr(user, "api_key", None) is not None:
         return None  # an ApiPrincipal is a key, not a Django user
 
-    return Membership.objects.select_related("tenant").filter(user_id=user.pk).first()
+    return Membership.objects.select_related("tenant__plan").filter(user_id=user.pk).first()
 
 
 def user_is_tenant_admin(user: Any) -> bool:

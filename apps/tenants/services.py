@@ -11,16 +11,55 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.tenants import keys
-from apps.tenants.models import ApiKey, Membership, Tenant, Tier
+from apps.tenants.models import ApiKey, Membership, Plan, PlanTier, Tenant, Tier
+from apps.tenants.plans import (
+    DEFAULT_BOUNDS,
+    DEFAULT_PLAN_NAME,
+    DEFAULT_PLAN_TERMS,
+    default_plan,
+    default_plan_limits,
+)
 
 _PREFIX_ATTEMPTS = 5
 
 
-def tenant_create(*, name: str, slug: str, is_active: bool = True) -> Tenant:
-    tenant = Tenant(name=name, slug=slug, is_active=is_active)
+@transaction.atomic
+def tenant_create(
+    *,
+    name: str,
+    slug: str,
+    is_active: bool = True,
+    plan: Plan | None = None,
+    default_contracts: bool = True,
+) -> Tenant:
+    """A new tenant on ``plan`` (default: the default plan).
+
+    Unless ``default_contracts`` is False, the SLO app gives it the plan's default contract for
+    every tier as it is saved (a ``post_save`` receiver, so tenants created anywhere get them),
+    and its first key works at once.
+    """
+    tenant = Tenant(name=name, slug=slug, is_active=is_active, plan=plan or plan_ensure_default())
     tenant.full_clean()
+    tenant.skip_default_contracts = not default_contracts
     tenant.save()
     return tenant
+
+
+@transaction.atomic
+def plan_ensure_default() -> Plan:
+    """The default plan, created with ``DEFAULT_BOUNDS`` for every tier if none exists."""
+    plan = default_plan()
+    if plan is not None:
+        return plan
+    plan, _ = Plan.objects.get_or_create(name=DEFAULT_PLAN_NAME, defaults=default_plan_limits())
+    plan.is_default = True
+    plan.save(update_fields=["is_default"])
+    for tier in Tier.values:
+        PlanTier.objects.get_or_create(
+            plan=plan, tier=tier,
+            defaults={**DEFAULT_BOUNDS, "default_terms": dict(DEFAULT_PLAN_TERMS)},
+        )
+    return plan
 
 
 def member_add(

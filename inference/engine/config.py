@@ -15,7 +15,7 @@ from inference.scheduler import SchedulerConfig
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPES = tuple(_DTYPES)
 # CPU matmul modes (``matmul_dtype``); None is the weights' own dtype.
-MATMUL_DTYPES = ("auto", "float32", "bfloat16")
+MATMUL_DTYPES = ("auto", "float32", "bfloat16", "quant", "q8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +35,16 @@ class EngineConfig:
         matmul_dtype: CPU only: ``bfloat16`` runs the layers' projections of a float32 model
             on the CPU's bfloat16 units (mixed precision: half the weight bytes, float32
             everywhere else, the LM head's best logits rescored in float32); None or
-            ``float32`` keeps them exact; ``auto`` is bfloat16 where the CPU has native
-            bfloat16 matmuls (AMX, AVX512-BF16) and float32 elsewhere (``bfloat16`` falls back
-            to float32 there too: ``kernels.pack_linear_weight`` packs nothing oneDNN cannot
-            run). The engine's default is exact; the platform serves with ``auto`` (the
-            logits move by about 1 %, the answers did not: docs/engine.md).
+            ``float32`` keeps them exact; ``quant`` multiplies the GGUF's own quantized
+            blocks (Q4_0/Q4_1/Q8_0; a weight without them quantised to Q8_0) with activations
+            quantised per block to int8 in two parts (``kernels._cpu.quant``); ``q8`` with
+            one part in decode steps, as llama.cpp does (faster in large batches, but it
+            changes answers: docs/engine.md);
+            ``auto`` is ``quant`` where the C kernels have a vector path for it (AVX2 or
+            better), else bfloat16 where the CPU has native bfloat16 matmuls (AMX,
+            AVX512-BF16), else float32 (``bfloat16`` falls back to float32 there too:
+            ``kernels.pack_linear_weight`` packs nothing oneDNN cannot run). The engine's
+            default is exact; the platform serves with ``auto`` (docs/engine.md).
         kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
             computes in float32, so a narrower cache would only add conversions) and ``dtype``
             on CUDA.
@@ -132,15 +137,21 @@ class EngineConfig:
         return torch.float32 if self.device == "cpu" else self.torch_dtype
 
     @property
-    def torch_matmul_dtype(self) -> torch.dtype | None:
-        """The dtype to pack CPU projections in, or None for the weights' own."""
+    def torch_matmul_dtype(self) -> torch.dtype | str | None:
+        """The dtype to pack CPU projections in, ``"quant"`` (``kernels.QUANT``: the GGUF's
+        quantized blocks), or None for the weights' own."""
         if self.device != "cpu" or self.matmul_dtype in (None, "float32"):
             return None
+        if self.matmul_dtype in ("quant", "q8"):
+            return self.matmul_dtype if self.torch_dtype == torch.float32 else None
         if self.matmul_dtype == "auto":
             import kernels
 
-            native = self.torch_dtype == torch.float32 and kernels.bf16_matmul_supported()
-            return torch.bfloat16 if native else None
+            if self.torch_dtype != torch.float32:
+                return None
+            if kernels.quant_supported():
+                return kernels.QUANT
+            return torch.bfloat16 if kernels.bf16_matmul_supported() else None
         return _DTYPES[self.matmul_dtype]
 
     def num_blocks(self, kv_bytes_per_block: int) -> int:

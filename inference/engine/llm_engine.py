@@ -79,8 +79,7 @@ class LLMEngine:
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
         self.scheduler = make_scheduler(config.policy, sched_config, kv,
-                                        **_policy_options(config))
-        self.scheduler.layer_pause = len(model.layers) if config.layer_pause else 0
+                                        **_policy_options(config, len(model.layers)))
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.torch_matmul_dtype,
                                   threads=(narrow, config.wide_threads or narrow))
@@ -180,7 +179,7 @@ class LLMEngine:
             plan = self.scheduler.schedule(time.time())
             deltas = self._refusals(plan)
             paused = self._paused
-            finish = self.scheduler.release_wanted  # hot needs the held blocks
+            finish = plan.finish_paused  # hot needs the held blocks
             self.last_step_empty = plan.is_empty and paused is None
             if plan.is_empty:
                 deltas += self._tier_only(plan, set())
@@ -190,8 +189,7 @@ class LLMEngine:
                 batch = self.runner.prepare(plan, self.scheduler.seqs)
                 rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
                 # a pausable step stops for hot work at this time (or on a hot arrival)
-                due = (self.scheduler.pause_due_at()
-                       if paused is None and self.scheduler.may_pause(plan) else None)
+                due = plan.pause_until if paused is None else None
         if not plan.is_empty and due is None:
             t_run = time.perf_counter()
             logits = self.runner.execute(batch)
@@ -312,7 +310,7 @@ class LLMEngine:
             s = self.scheduler
             kv = s.kv.stats()
             return EngineStats(
-                running=per_tier(s.running + s.held), waiting=per_tier(s.waiting),
+                running=per_tier(s.in_flight()), waiting=per_tier(s.waiting),
                 num_blocks=kv.num_blocks, used_blocks=kv.used_blocks,
                 cached_free_blocks=kv.cached_free_blocks, kv_usage=kv.usage,
                 kv_fragmentation=kv_fragmentation(s),
@@ -322,12 +320,18 @@ class LLMEngine:
             )
 
 
-def _policy_options(config: EngineConfig) -> dict[str, Any]:
-    if config.policy != "laser" or config.overload_ttft_factor is None:
+def _policy_options(config: EngineConfig, layers: int) -> dict[str, Any]:
+    """``laser``'s options: the layers a forward can pause between (layer pause), and the
+    overload factor when the configuration sets one."""
+    if config.policy != "laser":
         return {}
-    from inference.scheduler import LaserPolicyConfig
+    options: dict[str, Any] = {"pause_layers": layers if config.layer_pause else 0}
+    if config.overload_ttft_factor is not None:
+        from inference.scheduler import LaserPolicyConfig
 
-    return {"policy_config": LaserPolicyConfig(overload_ttft_factor=config.overload_ttft_factor)}
+        options["policy_config"] = LaserPolicyConfig(
+            overload_ttft_factor=config.overload_ttft_factor)
+    return options
 
 
 def _penalised(state: RequestState) -> bool:

@@ -21,6 +21,7 @@ from inference.kv.block_manager import BlockCopy
 from inference.model import AttentionMetadata
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
+from kernels import _cpu
 
 # Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: measured on
 # the 2-core CPU (SmolLM2, mixed precision, idle machine), a second thread made a 16-token
@@ -59,14 +60,15 @@ class ModelRunner:
         num_blocks, block_size: KV pool shape; per layer keys and values are
             ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         matmul_dtype: CPU only: pack the layers' projections in this dtype (bfloat16 mixed
-            precision, see ``kernels.linear``); None keeps the weights' dtype.
+            precision, see ``kernels.linear``) or ``kernels.QUANT`` (the GGUF's quantized
+            blocks, ``kernels._cpu.quant``); None keeps the weights' dtype.
         threads: ``(narrow, wide)`` torch threads for steps below and from
             ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
 
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 matmul_dtype: torch.dtype | None = None,
+                 matmul_dtype: torch.dtype | str | None = None,
                  threads: tuple[int, int] | None = None) -> None:
         self.model = model
         self.threads = threads
@@ -77,6 +79,10 @@ class ModelRunner:
         self.kv_caches = model.allocate_kv_caches(num_blocks, block_size, dtype=dtype,
                                                   device=self.device)
         self._pin = self.device.type == "cuda"
+        # threads of the C kernels' pool for every step (0: their bfloat16 matmul's own rule):
+        # in the quantized mode every core, decode steps included; the pool's workers sleep
+        # between calls, so the serving loop still gets a core when it needs one
+        self.pool_threads = 0
         if self.device.type == "cpu":
             # glibc would mmap and page-fault every step's multi-MB temporaries afresh: the
             # attention's K/V gather ran 2.1 -> 0.17 ms per layer once freed blocks are reused
@@ -86,6 +92,8 @@ class ModelRunner:
                 # one thread go to Laser's own kernel instead (kernels.pack_linear_weight)
                 narrow = threads[0] if threads is not None else torch.get_num_threads()
                 model.pack_linears(matmul_dtype, native_gemm=narrow == 1)
+                if getattr(model, "quantized", False):
+                    self.pool_threads = max(threads) if threads else torch.get_num_threads()
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:
@@ -157,6 +165,8 @@ class ModelRunner:
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
     def _set_threads(self, batch: BatchInputs) -> None:
+        if self.device.type == "cpu":
+            _cpu.set_threads(self.pool_threads)
         if self.threads is not None:
             n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
             if torch.get_num_threads() != n:

@@ -94,7 +94,7 @@ def kv_fragmentation(scheduler: Scheduler) -> float:
     """
     bs = scheduler.kv.block_size
     filled: dict[int, int] = {}
-    for seq in scheduler.running + scheduler.held:
+    for seq in scheduler.in_flight():
         for i, block in enumerate(seq.block_ids):
             held = min(bs, max(0, seq.num_computed_tokens - i * bs))
             if held > filled.get(block, -1):

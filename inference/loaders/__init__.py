@@ -15,9 +15,10 @@ from inference.model.llama import LlamaModel
 from inference.tokenizer import ChatTemplate, Tokenizer
 
 from . import cache
-from .weights import WeightError, build_model, fuse_hf_state_dict
+from .weights import WeightError, build_model, fuse_hf_blocks, fuse_hf_state_dict
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QUANT_PREFIX = "quant."  # the raw GGUF blocks' names in a cache entry, beside the weights
 
 
 @dataclass(slots=True)
@@ -63,7 +64,9 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
         source: None (bundled SmolLM2 GGUF), a `.gguf` path, or an HF model directory.
         device: where the weights live.
         dtype: weight dtype; float32 on CPU and bfloat16 on CUDA by default.
-        cache_dir: where fused float32 weights are cached (default `var/models/`).
+        cache_dir: where fused float32 weights (and a GGUF's raw quantized blocks, which a
+            CPU model keeps as `model.quant_blocks` for the quantized matmul) are cached
+            (default `var/models/`).
         use_cache: False to skip reading and writing the cache.
     """
     start = time.perf_counter()
@@ -81,8 +84,12 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
         state, meta = _read_source(path)
         if use_cache:
             cache.write_entry(cdir, key, state, meta)
+    formats = meta.get("quant_formats", {})
+    blocks = {name: (fmt, state.pop(QUANT_PREFIX + name)) for name, fmt in formats.items()}
     config = ModelConfig.from_dict(meta["config"])
     model = build_model({k: v.to(dtype) for k, v in state.items()}, config, device)
+    if device.type == "cpu":
+        model.quant_blocks = blocks
     tokenizer = Tokenizer.from_json(meta["tokenizer"]) if meta.get("tokenizer") else None
     template = None
     if tokenizer is not None:
@@ -95,7 +102,9 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
 
 
 def _read_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Fused float32 state dict + JSON meta from a GGUF file or HF directory."""
+    """Fused float32 state dict + JSON meta from a GGUF file or HF directory; a GGUF's raw
+    blocks (``fuse_hf_blocks``) ride in the state dict under ``QUANT_PREFIX`` with their
+    formats in ``meta["quant_formats"]``."""
     if path.is_file():
         from .gguf_loader import read_gguf
 
@@ -114,8 +123,11 @@ def _read_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         template = read_chat_template(path)
         name = path.name
     state = fuse_hf_state_dict(hf_tensors, config, torch.float32)
+    blocks = fuse_hf_blocks(contents.blocks, config) if path.is_file() else {}
+    state.update({QUANT_PREFIX + k: raw for k, (_, raw) in blocks.items()})
     meta = {"config": config.to_dict(), "source_name": name, "chat_template": template,
-            "tokenizer": tokenizer.to_json() if tokenizer else None}
+            "tokenizer": tokenizer.to_json() if tokenizer else None,
+            "quant_formats": {k: fmt for k, (fmt, _) in blocks.items()}}
     return state, meta
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: with the raw GGUF blocks
 _WEIGHTS, _META = "weights.safetensors", "meta.json"
 
 

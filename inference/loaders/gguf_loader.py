@@ -1,7 +1,9 @@
-"""Read a llama.cpp GGUF file: config, dequantised tensors (HF names) and tokenizer metadata."""
+"""Read a llama.cpp GGUF file: config, dequantised tensors (HF names), the quantized tensors'
+raw blocks (for the quantized matmul, ``kernels._cpu.quant``) and tokenizer metadata."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,9 @@ _LAYER_NAMES = {
 }
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+# Block formats the quantized matmul runs as stored (kernels/_cpu/laser_quant.c)
+RAW_TYPES = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0,
+                       GGMLQuantizationType.Q4_1})
 # Tensors llama.cpp stores that a Llama forward does not need (rope_freqs is derived from config).
 _IGNORED = ("rope_freqs.weight",)
 
@@ -46,6 +51,9 @@ class GGUFContents:
     config: ModelConfig
     tensors: dict[str, torch.Tensor]  # HF names, float32, Q/K rows back in HF order
     metadata: dict[str, Any]          # every key/value field (tokenizer.*, general.*, ...)
+    # HF name -> (GGML type id, uint8 [rows, row bytes]) for the RAW_TYPES tensors: the same
+    # weights as `tensors` before dequantisation, rows in the same (HF) order
+    blocks: dict[str, tuple[int, torch.Tensor]] = dataclasses.field(default_factory=dict)
 
 
 def gguf_hf_name(name: str) -> str | None:
@@ -132,19 +140,27 @@ def dequantize_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Te
 
 
 def read_gguf(path: str | Path) -> GGUFContents:
-    """Dequantise every tensor of a GGUF to float32 under its HF name."""
+    """Dequantise every tensor of a GGUF to float32 under its HF name; keep the raw blocks of
+    the block-quantized ones beside (``GGUFContents.blocks``)."""
     reader = GGUFReader(str(path))
     meta = read_metadata(reader)
     config = config_from_metadata(meta, {t.name for t in reader.tensors})
     tensors: dict[str, torch.Tensor] = {}
+    blocks: dict[str, tuple[int, torch.Tensor]] = {}
     for t in reader.tensors:
         name = gguf_hf_name(t.name)
         if name is None:
             continue
         weight = dequantize_tensor(t.data, t.tensor_type)
-        if name.endswith(("q_proj.weight", "q_proj.bias")):
-            weight = unpermute_rotary(weight, config.num_heads)
-        elif name.endswith(("k_proj.weight", "k_proj.bias")):
-            weight = unpermute_rotary(weight, config.num_kv_heads)
+        raw = None
+        if t.tensor_type in RAW_TYPES and weight.dim() == 2:
+            raw = torch.from_numpy(np.array(t.data, dtype=np.uint8).reshape(weight.shape[0], -1))
+        heads = (config.num_heads if name.endswith(("q_proj.weight", "q_proj.bias")) else
+                 config.num_kv_heads if name.endswith(("k_proj.weight", "k_proj.bias")) else 0)
+        if heads:  # rows are whole (blocks run along a row): the raw rows permute alike
+            weight = unpermute_rotary(weight, heads)
+            raw = None if raw is None else unpermute_rotary(raw, heads).contiguous()
         tensors[name] = weight
-    return GGUFContents(config=config, tensors=tensors, metadata=meta)
+        if raw is not None:
+            blocks[name] = (int(t.tensor_type), raw)
+    return GGUFContents(config=config, tensors=tensors, metadata=meta, blocks=blocks)

@@ -46,6 +46,31 @@ def fuse_hf_state_dict(hf: Mapping[str, torch.Tensor], config: ModelConfig,
     return out
 
 
+def fuse_hf_blocks(blocks: Mapping[str, tuple[int, torch.Tensor]],
+                   config: ModelConfig) -> dict[str, tuple[int, torch.Tensor]]:
+    """Raw GGUF blocks (HF names -> (GGML type, uint8 rows)) fused as ``fuse_hf_state_dict``
+    fuses the weights: q/k/v and gate/up rows concatenated where all parts share one format
+    (a fusion of mixed formats is left out: the quantized matmul then quantises the float32
+    weight itself). Keys are the ``LlamaModel`` state-dict names."""
+    out: dict[str, tuple[int, torch.Tensor]] = {}
+
+    def put(key: str, names: list[str]) -> None:
+        parts = [blocks.get(n) for n in names]
+        if all(p is not None for p in parts) and len({p[0] for p in parts}) == 1:
+            out[key] = (parts[0][0], torch.cat([p[1] for p in parts], dim=0))
+
+    put("embed_tokens", ["model.embed_tokens.weight"])
+    if not config.tie_word_embeddings:
+        put("lm_head", ["lm_head.weight"])
+    for i in range(config.num_layers):
+        p, o = f"model.layers.{i}.", f"layers.{i}."
+        put(o + "attn.qkv_weight", [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
+        put(o + "attn.o_weight", [p + "self_attn.o_proj.weight"])
+        put(o + "gate_up_weight", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+        put(o + "down_weight", [p + "mlp.down_proj.weight"])
+    return out
+
+
 def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Shape of every tensor in the fused state dict (to validate before building the model)."""
     from inference.model.llama import LlamaModel

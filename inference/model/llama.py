@@ -49,6 +49,17 @@ class DecoderLayer(nn.Module):
         # float32 ones, or split views of Laser's bfloat16 ones
         self.exact_packs: tuple[torch.Tensor | None, ...] | None = None
         self.one_call = False  # every projection on Laser's matmul, no QKV bias
+        # with one_call: the packs prepared for the C layer, for decode steps and the others
+        self.native_weights: tuple[_cpu.LayerWeights, _cpu.LayerWeights] | None = None
+
+    def set_native_weights(self) -> None:
+        """Prepare the packs for the one-call layer (after packing; ``one_call`` set)."""
+        self.native_weights = None
+        if self.one_call:
+            decode = (self.attn.qkv_packed, self.attn.o_packed, self.gate_up_packed,
+                      self.down_packed)
+            self.native_weights = (_cpu.LayerWeights(decode),
+                                   _cpu.LayerWeights(self.exact_packs or decode))
 
     def packs(self, meta: AttentionMetadata) -> tuple[torch.Tensor | None, ...]:
         """The packed weights for this step: (qkv, o, gate_up, down). Under mixed precision a
@@ -61,17 +72,19 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
-        qkv, o, gate_up, down = self.packs(meta)
-        act = self._native_act(hidden, kv_cache, down)
-        if self.one_call and act is not None and meta.max_query_len <= NATIVE_CHUNK_ROWS:
+        if self.one_call and meta.max_query_len <= NATIVE_CHUNK_ROWS and \
+                self._native(hidden, kv_cache, meta):
             first = residual is None
             residual = hidden if first else residual
             attn = self.attn
             out = _cpu.decoder_layer(
                 hidden, residual, first, (self.input_norm, self.post_attn_norm), self.eps,
-                (qkv, o, gate_up, down), (attn.num_heads, attn.num_kv_heads, attn.head_dim),
-                positions, self.cos_sin_cache, kv_cache, meta, attn.scale)
+                self.native_weights[not meta.is_decode_only],
+                (attn.num_heads, attn.num_kv_heads, attn.head_dim), positions,
+                self.cos_sin_cache, kv_cache, meta, attn.scale)
             return out, residual
+        qkv, o, gate_up, down = self.packs(meta)
+        act = self._native_act(hidden, kv_cache, down, meta)
         raw = act is not None
         hidden, residual = self._add_norm(hidden, self.input_norm, residual, act)
         hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, (qkv, o), act)
@@ -80,13 +93,22 @@ class DecoderLayer(nn.Module):
         hidden = _cpu.silu_and_mul(hidden, act) if raw else kernels.silu_and_mul(hidden)
         return kernels.linear(hidden, self.down_weight, down, raw=raw), residual
 
+    def _native(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                meta: AttentionMetadata) -> bool:
+        """Whether this step runs on the C kernels (float32 model and cache on a CPU where they
+        build); ``kernels.use_native`` is asked once a step (``meta.native``)."""
+        if kv_cache[0].dtype != torch.float32 or self.input_norm.dtype != torch.float32:
+            return False
+        if meta.native is None:
+            meta.native = kernels.use_native(hidden)
+        return meta.native
+
     def _native_act(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-                    down: torch.Tensor | None) -> torch.dtype | None:
-        """None for the PyTorch/Triton ops; on the C kernels (float32 model and cache on a CPU
-        where they build), the dtype activations travel in between matmuls: bfloat16 under
-        bfloat16-packed weights (what the matmul rounds them to anyway), else float32."""
-        if kv_cache[0].dtype != torch.float32 or self.input_norm.dtype != torch.float32 or \
-                not kernels.use_native(hidden):
+                    down: torch.Tensor | None, meta: AttentionMetadata) -> torch.dtype | None:
+        """None for the PyTorch/Triton ops; on the C kernels, the dtype activations travel in
+        between matmuls: bfloat16 under bfloat16-packed weights (what the matmul rounds them
+        to anyway), else float32."""
+        if not self._native(hidden, kv_cache, meta):
             return None
         return torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
             else torch.float32
@@ -122,8 +144,11 @@ class LlamaModel(nn.Module):
         self.cos_sin_cache: torch.Tensor | None = None
         self.lm_head_packed: torch.Tensor | None = None
         self.lm_head_screen: torch.Tensor | None = None  # bfloat16 head, see compute_logits
+        self.quantized = False  # pack_linears(kernels.QUANT) took: see _pack_quant
+        # state-dict name -> (GGML type, raw GGUF rows): set by the loader for a GGUF on CPU
+        self.quant_blocks: dict[str, tuple[int, torch.Tensor]] = {}
 
-    def pack_linears(self, matmul_dtype: torch.dtype | None = None,
+    def pack_linears(self, matmul_dtype: torch.dtype | str | None = None,
                      native_gemm: bool = False) -> bool:
         """Keep a packed copy of every projection and the LM head for ``kernels.linear``
         (CPU oneDNN; a no-op elsewhere). Call once the weights are final; True if packed.
@@ -143,7 +168,18 @@ class LlamaModel(nn.Module):
         weights rounded; ``_cpu.PackedBF16.split_view``) instead of a float32 copy: no second
         copy of the projections, and faster than float32 oneDNN.
         """
+        if matmul_dtype in kernels.QUANT_MODES:
+            cfg = self.config
+            blocks_fit = all(k % 32 == 0 for k in (cfg.hidden_size, cfg.intermediate_size,
+                                                   cfg.num_heads * cfg.head_dim))
+            if kernels.quant_supported() and kernels.use_native(self.embed_tokens) and \
+                    blocks_fit:
+                return self._pack_quant(split_decode=matmul_dtype == kernels.QUANT)
+            # no quantized matmul here (no C compiler, no AVX2, rows not in 32-blocks): what
+            # ``auto`` would pick else
+            matmul_dtype = torch.bfloat16 if kernels.bf16_matmul_supported() else None
         mixed = matmul_dtype is not None
+        self.quantized = False
         for layer in self.layers:
             attn = layer.attn
             weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
@@ -159,11 +195,40 @@ class LlamaModel(nn.Module):
             else:
                 layer.exact_packs = (tuple(kernels.pack_linear_weight(w) for w in weights)
                                      if exact else None)
+            layer.set_native_weights()
         head = self.embed_tokens if self.lm_head is None else self.lm_head
         self.lm_head_packed = kernels.pack_linear_weight(head)
         self.lm_head_screen = (kernels.pack_linear_weight(head, matmul_dtype, native_gemm)
                                if mixed and matmul_dtype != head.dtype else None)
         return self.lm_head_packed is not None
+
+    def _pack_quant(self, split_decode: bool) -> bool:
+        """``pack_linears(kernels.QUANT or Q8)``: every projection and the LM head screen on
+        the quantized matmul, from the GGUF's own blocks (``quant_blocks``; a weight without
+        them is quantised to Q8_0). Steps with prompt tokens quantise their activations in two
+        parts (``PackedQuant.split_view``), decode steps too with ``split_decode`` (QUANT):
+        with one part, 4 of bench/cpu_precision.py's 8 answers left float32's, with two none
+        did. The head screens every step, prompts included: its ``SCREEN_TOP`` best logits
+        are rescored in float32 on the dequantised weights, so the greedy choice is exact
+        there too, and no step reads the 113 MB float32 head."""
+        for i, layer in enumerate(self.layers):
+            attn = layer.attn
+            names = ("attn.qkv_weight", "attn.o_weight", "gate_up_weight", "down_weight")
+            weights = (attn.qkv_weight, attn.o_weight, layer.gate_up_weight, layer.down_weight)
+            packs = tuple(kernels.pack_quant_weight(w, self.quant_blocks.get(f"layers.{i}.{n}"))
+                          for n, w in zip(names, weights))
+            split = tuple(p.split_view() for p in packs)
+            decode = split if split_decode else packs
+            attn.qkv_packed, attn.o_packed, layer.gate_up_packed, layer.down_packed = decode
+            layer.exact_packs = split
+            layer.one_call = attn.qkv_bias is None
+            layer.set_native_weights()
+        name = "embed_tokens" if self.lm_head is None else "lm_head"
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        self.lm_head_packed = kernels.pack_linear_weight(head)
+        self.lm_head_screen = kernels.pack_quant_weight(head, self.quant_blocks.get(name))
+        self.quantized = True
+        return True
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
         """(Re)build the rotary cache on `device`; call after the weights are in place."""
@@ -200,7 +265,7 @@ class LlamaModel(nn.Module):
         that carry the probability mass are exact, the far tail is off by bfloat16 rounding.
         """
         weight = self.embed_tokens if self.lm_head is None else self.lm_head
-        if self.lm_head_screen is None or exact:
+        if self.lm_head_screen is None or (exact and not self.quantized):
             return kernels.linear(hidden, weight, self.lm_head_packed)
         logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
         top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]

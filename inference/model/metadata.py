@@ -34,6 +34,10 @@ class AttentionMetadata:
     max_query_len: int
     max_seq_len: int
     _decode_index: tuple | None = field(default=None, init=False, repr=False)
+    # per-step memos of the CPU path (the object lives for one step): whether the layers run
+    # on the C kernels, and the checked step arguments of ``kernels._cpu.decoder_layer``
+    native: bool | None = field(default=None, init=False, repr=False)
+    native_args: tuple | None = field(default=None, init=False, repr=False)
 
     def decode_index(self, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
         """``kernels.decode_attention.decode_rows`` of this step's sequences (cache rows to

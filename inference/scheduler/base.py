@@ -28,15 +28,6 @@ class Scheduler(ABC):
         self.running: list[Sequence] = []
         self._unforked: dict[str, list[Sequence]] = {}  # parent seq id -> children
         self.num_preemptions = 0
-        # Layer-level pause (see ``hold``): the number of decoder layers of a forward that the
-        # executor can stop between (the engine sets it); 0, as in the simulator, which runs
-        # whole steps, turns pausing off.
-        self.layer_pause = 0
-        self.held: list[Sequence] = []
-        self._free_on_release: list[Sequence] = []
-        # set by ``schedule`` when urgent work could not get KV blocks because held sequences
-        # keep theirs: the executor should complete the paused forward now
-        self.release_wanted = False
 
     # ---- requests in and out -------------------------------------------------------------
     def add(self, seqs: list[Sequence], now: float) -> None:
@@ -69,42 +60,20 @@ class Scheduler(ABC):
             self._finish(seq, status)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.held)
+        return bool(self.waiting or self.running)
+
+    def in_flight(self) -> list[Sequence]:
+        """Sequences that hold KV blocks for work in progress (a policy that pauses forwards
+        adds the paused forward's)."""
+        return self.running
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         """The engine reports each measured step; policies that estimate step time learn."""
 
     def reserved_idle_blocks(self) -> int:
-        """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
+        """Free KV blocks this policy keeps from a tier with work waiting for them (the last
+        step's; fragmentation accounting)."""
         return 0
-
-    # ---- layer-level pause ----------------------------------------------------------------
-    def may_pause(self, plan: StepPlan) -> bool:
-        """Whether the executor may stop ``plan``'s forward between layers for other work.
-        No by default: only a policy that knows what is worth the pause says yes."""
-        return False
-
-    def pause_due_at(self) -> float:
-        """Wall time at which a pausable forward should stop between layers even if no new
-        urgent request arrived (e.g. a hot stream's next token falls due); inf for never."""
-        return float("inf")
-
-    def hold(self, seq_ids: Iterable[str]) -> None:
-        """Take the sequences of a paused forward out of ``running``: no plan schedules or
-        preempts them until ``release``. They keep their blocks, which the paused forward
-        has partly written; a held sequence that finishes (abort) frees its blocks only at
-        ``release``, so no other sequence gets them while the forward may still write."""
-        ids = set(seq_ids)
-        self.held = [s for s in self.running if s.seq_id in ids]
-        self.running = [s for s in self.running if s.seq_id not in ids]
-
-    def release(self) -> None:
-        """The paused forward completed (or was dropped): held sequences run again."""
-        self.running = self.held + self.running
-        self.held = []
-        for seq in self._free_on_release:
-            self.kv.free(seq)
-        self._free_on_release = []
 
     # ---- a step --------------------------------------------------------------------------
     @abstractmethod
@@ -159,6 +128,10 @@ class Scheduler(ABC):
     def preempt(self, seq: Sequence) -> None:
         """Preempt by recompute: free the blocks; the sequence keeps its output and waits."""
         self.kv.free(seq)
+        self.requeue_preempted(seq)
+
+    def requeue_preempted(self, seq: Sequence) -> None:
+        """The queue side of ``preempt``, for a sequence whose blocks are already freed."""
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.PREEMPTED
         seq.num_preemptions += 1
@@ -194,6 +167,10 @@ class Scheduler(ABC):
             return SequenceStatus.FINISHED_LENGTH
         return None
 
+    def _free_blocks(self, seq: Sequence) -> None:
+        """A finished sequence's blocks go back to the pool (``_finish``)."""
+        self.kv.free(seq)
+
     def _fork_children(self, parent: Sequence) -> None:
         children = self._unforked.pop(parent.seq_id, None)
         for child in children or ():
@@ -210,11 +187,7 @@ class Scheduler(ABC):
         if seq.is_finished:
             return
         seq.status = status
-        if seq in self.held:
-            self.held.remove(seq)
-            self._free_on_release.append(seq)
-        else:
-            self.kv.free(seq)
+        self._free_blocks(seq)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:

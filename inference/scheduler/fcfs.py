@@ -2,13 +2,16 @@
 
 Running sequences advance first (decodes and unfinished prefill chunks), in arrival order;
 when KV blocks run out the latest arrival is preempted; then waiting sequences join in arrival
-order while the token budget and the sequence cap allow. ``priority`` reuses the same loop with
-another order.
+order while the token budget and the sequence cap allow. ``priority`` and ``edf`` reuse the same
+loop with another order.
 """
 
 from __future__ import annotations
 
+import math
+
 from inference.kv.block_manager import BlockCopy
+from inference.request import Tier
 from inference.scheduler.base import Scheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan
 from inference.sequence import Sequence
@@ -67,3 +70,20 @@ class PriorityScheduler(FCFSScheduler):
 
     def sort_key(self, seq: Sequence) -> tuple:
         return (seq.tier.rank, seq.arrival_time, seq.seq_id)
+
+
+class EDFScheduler(FCFSScheduler):
+    """Earliest deadline first over the same loop: hot by its TTFT deadline (arrival + TTFT
+    target), warm by arrival + its mean-TTFT target, cold by its deadline."""
+
+    name = "edf"
+
+    def sort_key(self, seq: Sequence) -> tuple:
+        t = seq.targets
+        if seq.asked_tier is Tier.HOT:
+            due = seq.arrival_time + t.ttft_p99_s
+        elif seq.asked_tier is Tier.WARM:
+            due = seq.arrival_time + t.warm_mean_ttft_s
+        else:
+            due = seq.deadline if seq.deadline is not None else math.inf
+        return (due, seq.seq_id)

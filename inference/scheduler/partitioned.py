@@ -26,6 +26,7 @@ class PartitionedScheduler(FCFSScheduler):
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
                  shares: Mapping[Tier, float] | None = None) -> None:
         super().__init__(config, block_manager)
+        self._kept_out = False  # this step, a partition kept out work the pool had room for
         shares = dict(shares or DEFAULT_SHARES)
         total = sum(shares.get(t, 0.0) for t in Tier)
         if total <= 0 or any(v < 0 for v in shares.values()):
@@ -48,6 +49,10 @@ class PartitionedScheduler(FCFSScheduler):
         return (seq.tier.rank, seq.arrival_time, seq.seq_id)
 
     def reserved_idle_blocks(self) -> int:
+        """Idle blocks of the pools while a tier's partition (its blocks or its seats) kept
+        work out that the shared pool had room for (the last step's)."""
+        if not self._kept_out:
+            return 0
         used = self._blocks_by_tier()
         return min(self.kv.num_free_blocks,
                    sum(max(0, self.block_caps[t] - used[t]) for t in Tier))
@@ -59,6 +64,7 @@ class PartitionedScheduler(FCFSScheduler):
         return used
 
     def schedule(self, now: float) -> StepPlan:
+        self._kept_out = False
         self.running.sort(key=self.sort_key)
         self.waiting.sort(key=self.sort_key)
         blocks = self._blocks_by_tier()
@@ -72,7 +78,11 @@ class PartitionedScheduler(FCFSScheduler):
         return self.make_plan(items, preempted)
 
     def _fits(self, tier: Tier, seq: Sequence, n: int, blocks: dict) -> bool:
-        return blocks[tier] + self.kv.blocks_needed(seq, n) <= self.block_caps[tier]
+        need = self.kv.blocks_needed(seq, n)
+        if blocks[tier] + need <= self.block_caps[tier]:
+            return True
+        self._kept_out |= need <= self.kv.num_free_blocks  # the shared pool had room
+        return False
 
     def _schedule_in_pool(self, tier, seq, budget, blocks):
         n = min(budget, seq.num_tokens - seq.num_computed_tokens)
@@ -106,7 +116,10 @@ class PartitionedScheduler(FCFSScheduler):
     def _admit_pool(self, tier, budget, blocks, items, now) -> None:
         count = sum(1 for s in self.running if s.tier is tier)
         for seq in [s for s in self.waiting if s.tier is tier]:
-            if budget <= 0 or count >= self.seq_caps[tier]:
+            if count >= self.seq_caps[tier]:
+                self._kept_out |= self.kv.num_free_blocks > 0  # the pool's seats, not KV
+                break
+            if budget <= 0:
                 break
             if not seq.block_ids and seq.num_computed_tokens == 0:
                 self.kv.match_prefix(seq)

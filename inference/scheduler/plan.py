@@ -24,12 +24,20 @@ class ScheduledSeq:
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
+    """One step. Layer pause (only a policy that asks for it sets these): ``pause_until``,
+    when not None, lets the executor stop this plan's forward between two layers once that
+    wall time has passed or an urgent request arrived, hold its sequences and resume it after
+    later steps; ``finish_paused`` asks it to complete a paused forward now (urgent work needs
+    the blocks it holds)."""
+
     scheduled: tuple[ScheduledSeq, ...] = ()
     block_copies: tuple[BlockCopy, ...] = ()
     preempted: tuple[str, ...] = ()
     tier_changes: tuple[tuple[str, TierChange], ...] = ()
     refused: tuple[tuple[str, str], ...] = ()  # (seq id, reason) dropped by the scheduler
     num_batched_tokens: int = 0
+    pause_until: float | None = None
+    finish_paused: bool = False
 
     @property
     def is_empty(self) -> bool:

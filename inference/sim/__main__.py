@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
-from inference.scheduler import POLICIES
+from inference.scheduler import POLICIES, LaserAblations
 from inference.sim.bound import hot_miss_bound
 from inference.sim.config import DEFAULT_BUDGET, Contracts, SimConfig
 from inference.sim.cost_model import cost_model_for
@@ -22,7 +22,7 @@ from inference.sim.scenarios import SCENARIOS
 from inference.sim.summary import summarize
 from inference.sim.traces import TraceRequest, read_jsonl
 
-BASELINE_ORDER = ["laser", "fcfs", "priority", "partitioned"]
+BASELINE_ORDER = ["laser", "fcfs", "priority", "edf", "partitioned"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     metavar=("LO", "HI"))
     ap.add_argument("--goodput-tol", type=float, default=0.05,
                     help="stop bisecting when the bracket is within this fraction")
+    ap.add_argument("--ablate", action="append", default=[], metavar="PART",
+                    choices=sorted(f.name for f in fields(LaserAblations)),
+                    help="switch one of laser's parts off (LaserAblations); repeatable")
     ap.add_argument("--out", type=Path, help="directory for report.json and PNG plots")
     return ap.parse_args(argv)
 
@@ -81,7 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name in names:
         cfg = SimConfig(policy=name, gpu=args.gpu, model=args.model,
                         max_num_batched_tokens=args.max_batched_tokens,
-                        long_prefill_chunk=args.chunk or args.max_batched_tokens)
+                        long_prefill_chunk=args.chunk or args.max_batched_tokens,
+                        ablations=LaserAblations(**dict.fromkeys(args.ablate, False)))
         summaries[name] = summarize(simulate(trace, cfg))
         if args.goodput:
             lo, hi = args.goodput_range

@@ -3,7 +3,9 @@
 - hot: a request is within contract when its TTFT and its own P99 TBT meet the targets and
   it was not interrupted (a stall over 10x the TBT target, or a started stream left
   unfinished). A demoted request whose contract is demotable leaves the latency terms and is
-  counted as a demotion instead; a refused one is a miss.
+  counted as a demotion instead; one whose contract is not demotable is a miss (its TTFT
+  counts as infinite, docs/slo.md); a refused one is a miss. ``outcome_wait`` is how long a
+  request waited for an outcome: its first token, its demotion or its refusal.
 - warm: per window, delivered tokens/s = sum(tokens - 1) / sum(finish - first token) over
   requests finishing in it with at least two tokens, kept when >= (1 - band) x rate, and mean
   TTFT kept when <= target. A window is attained when both hold.
@@ -40,6 +42,8 @@ class Live:
     arrival: float
     tbt_target: float
     job: str | None
+    tenant: str = ""
+    ttft_target: float = math.inf
     first: float | None = None
     last: float | None = None
     tokens: int = 0
@@ -64,6 +68,10 @@ class Record:
     refused: bool
     job: str | None
     deadline: float | None
+    tenant: str = ""
+    outcome_wait: float = math.inf  # arrival to first token, demotion or refusal
+    ttft_target: float = math.inf
+    served_as_warm: bool = False  # demoted, whatever its contract says of demotion
 
 
 class Accounting:
@@ -78,7 +86,7 @@ class Accounting:
 
     def admitted(self, seq: Sequence, job: str | None) -> None:
         self.live[seq.seq_id] = Live(seq.asked_tier, seq.arrival_time, seq.targets.tbt_p99_s,
-                                     job)
+                                     job, seq.tenant_id, seq.targets.ttft_p99_s)
 
     def token(self, seq_id: str, now: float) -> None:
         lv = self.live[seq_id]
@@ -105,19 +113,23 @@ class Accounting:
         ttft = lv.first - lv.arrival if started else math.inf
         finish = math.inf if now is None else now
         t = seq.targets
+        demoted = lv.demoted_at is not None
         within = (now is not None and not interrupted and ttft <= t.ttft_p99_s
-                  and tbt <= t.tbt_p99_s)
+                  and tbt <= t.tbt_p99_s and (t.demotable or not demoted))
+        outcome = min(lv.first if started else math.inf,
+                      lv.demoted_at if demoted else math.inf)
         self.records.append(Record(
             lv.tier, lv.arrival, ttft, tbt, lv.tokens, finish,
             (finish - lv.first) if started else 0.0, interrupted, within,
-            lv.demoted_at is not None and t.demotable, False, lv.job, seq.deadline))
+            demoted and t.demotable, False, lv.job, seq.deadline, lv.tenant,
+            outcome - lv.arrival, lv.ttft_target, demoted))
 
     def refused(self, seq: Sequence, job: str | None, reason: str) -> None:
         """The scheduler would not take it: a miss for its tier, and its reason is counted."""
         self.refusals[f"{seq.asked_tier}: {reason.split(':')[0]}"] += 1
         self.records.append(Record(seq.asked_tier, seq.arrival_time, math.inf, 0.0, 0,
                                    math.inf, 0.0, False, False, False, True, job,
-                                   seq.deadline))
+                                   seq.deadline, seq.tenant_id, 0.0, seq.targets.ttft_p99_s))
 
     def kv_sample(self, dt: float, unused_slots: int) -> None:
         self.frag_slot_s += dt * unused_slots

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inference.scheduler import LaserPolicyConfig, SchedulerConfig
+from inference.scheduler import LaserAblations, LaserPolicyConfig, SchedulerConfig
 from inference.sim.profiles import GPUS, MODELS
 
 DEFAULT_BUDGET = 2048  # tokens per step: vLLM's default for online serving with chunked prefill
@@ -52,7 +52,8 @@ class SimConfig:
     max_num_seqs: int = 256
     max_waiting: int = 100_000
     contracts: Contracts = field(default_factory=Contracts)
-    laser: LaserPolicyConfig | None = None  # the laser policy's knobs (ablations); default
+    laser: LaserPolicyConfig | None = None  # the laser policy's thresholds; default
+    ablations: LaserAblations | None = None  # laser's parts switched off; default all on
     drain_s: float = 3600.0
     window_s: float = 60.0
     idle_tick_s: float = 0.005

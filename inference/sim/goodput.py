@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from inference.sim.config import SimConfig
 from inference.sim.loop import simulate
-from inference.sim.summary import summarize
+from inference.sim.summary import TARGETS, summarize
 from inference.sim.traces import TraceRequest
 
 
@@ -19,13 +19,17 @@ class Goodput:
 
 
 def find_goodput(trace_at: Callable[[float], list[TraceRequest]], cfg: SimConfig, *,
-                 lo: float = 0.05, hi: float = 2.0, rel_tol: float = 0.05) -> Goodput:
+                 lo: float = 0.05, hi: float = 2.0, rel_tol: float = 0.05,
+                 targets: dict[str, float] | None = None) -> Goodput:
     """Bisect on the load in ``[lo, hi]`` (assumed monotone: more load never helps) until the
-    bracket is within ``rel_tol`` of its lower end."""
+    bracket is within ``rel_tol`` of its lower end. ``targets``: the attainment each tier
+    must keep (default ``summary.TARGETS``: hot 99 %, warm 90 %, cold 99 %)."""
     out = Goodput(0.0)
+    targets = targets or TARGETS
 
     def met(load: float) -> bool:
-        ok = summarize(simulate(trace_at(load), cfg))["meets_targets"]
+        s = summarize(simulate(trace_at(load), cfg))
+        ok = all(s[t]["attainment"] >= q for t, q in targets.items())
         out.probes.append((load, ok))
         return ok
 

@@ -44,7 +44,8 @@ def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
         tokens = kv_capacity_tokens(MODELS[cfg.model], GPUS[cfg.gpu])
         num_blocks = tokens // cfg.block_size
     kv = BlockManager(num_blocks, cfg.block_size, prefix_caching=prefix_caching)
-    options = {"cost": cost, "policy_config": cfg.laser} if cfg.policy == "laser" else {}
+    options = ({"cost": cost, "policy_config": cfg.laser, "ablations": cfg.ablations}
+               if cfg.policy == "laser" else {})
     return make_scheduler(cfg.policy, cfg.scheduler_config(), kv, **options)
 
 

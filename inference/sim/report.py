@@ -14,6 +14,9 @@ ROWS = [  # (label, path into a summary, format)
     ("hot interruption rate", ("hot", "interruption_rate"), "{:.2%}"),
     ("hot refused", ("hot", "refused"), "{}"),
     ("hot demoted (demotable)", ("hot", "demoted"), "{}"),
+    ("hot served as warm (all demoted)", ("hot", "served_as_warm"), "{}"),
+    ("hot P99 wait for an outcome s", ("hot", "wait_p99_s"), "{:.3f}"),
+    ("hot longest wait / TTFT target", ("hot", "wait_max_ratio"), "{:.2f}"),
     ("warm attainment (windows)", ("warm", "attainment"), "{:.1%}"),
     ("warm P50 TTFT s", ("warm", "ttft_p50_s"), "{:.3f}"),
     ("warm P99 TTFT s", ("warm", "ttft_p99_s"), "{:.3f}"),
@@ -32,6 +35,10 @@ ROWS = [  # (label, path into a summary, format)
     ("sim steps", ("steps",), "{}"),
     ("sim wall s", ("wall_s",), "{:.1f}"),
 ]
+
+TENANT_ROWS = [("hot attainment", "attainment", "{:.1%}"),
+               ("hot P99 TTFT s", "ttft_p99_s", "{:.3f}"),
+               ("hot served as warm", "served_as_warm", "{}"), ("hot refused", "refused", "{}")]
 
 
 def _get(summary: dict, path: tuple[str, ...]):
@@ -55,7 +62,10 @@ def table(summaries: dict[str, dict]) -> str:
     """A Markdown table: one row per metric, one column per policy."""
     names = list(summaries)
     lines = ["| metric | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for label, path, fmt in ROWS:
+    tenants = sorted({t for n in names for t in summaries[n].get("hot_by_tenant", {})})
+    per_tenant = [(f"{label} [{t}]", ("hot_by_tenant", t, key), fmt) for t in tenants
+                  for label, key, fmt in TENANT_ROWS]
+    for label, path, fmt in ROWS + per_tenant:
         vals = [_get(summaries[n], path) for n in names]
         if all(v is None for v in vals):
             continue

@@ -9,7 +9,9 @@ Every random choice (which documents, which sessions are demotable) comes from `
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from inference.request import Tier
@@ -97,4 +99,104 @@ def s2(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
     return sorted(hot + warm + cold, key=lambda r: r.arrival_s)
 
 
-SCENARIOS = {"S1": s1, "S2": s2}
+def mark_contract(requests: list[TraceRequest], rpm: dict[str, int]) -> list[TraceRequest]:
+    """Mark each request in contract or excess as the gateway does: a tenant's request is
+    in contract while fewer than its ``rpm`` in-contract requests arrived in the 60 s before
+    it (a sliding window); tenants not in ``rpm`` are always in contract."""
+    seen: dict[str, deque[float]] = {t: deque() for t in rpm}
+    out = []
+    for r in sorted(requests, key=lambda r: r.arrival_s):
+        window = seen.get(r.tenant)
+        if window is None:
+            out.append(r)
+            continue
+        while window and window[0] <= r.arrival_s - 60.0:
+            window.popleft()
+        ok = len(window) < rpm[r.tenant]
+        if ok:
+            window.append(r.arrival_s)
+        out.append(replace(r, in_contract=ok))
+    return out
+
+
+def _peak_per_minute(times: list[float]) -> int:
+    """Most arrivals in any 60 s sliding window."""
+    peak, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - 60.0:
+            lo += 1
+        peak = max(peak, hi - lo + 1)
+    return peak
+
+
+def noisy_neighbours(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+                     root: Path | None = None, *, with_a: bool = True,
+                     factor: float = 5.0) -> list[TraceRequest]:
+    """Noisy neighbour: two tenants on the same hot contract. B sends the Azure conversation
+    trace at ``load``; the contract's requests per minute is B's busiest 60 s, so all of B's
+    traffic is in contract. A sends ``factor`` times that contracted rate (the same trace
+    from its middle, faster): the part above the contract is marked excess. Nothing is
+    demotable. ``with_a=False`` is B alone (the comparison)."""
+    root = root or traces_dir()
+    rows = _cached(root / CONV, read_azure)
+    b = [TraceRequest(t, Tier.HOT, p, o, tenant="B") for t, p, o in _tile(rows, load,
+                                                                         duration_s)]
+    rpm = _peak_per_minute([r.arrival_s for r in b])
+    if not with_a:
+        return mark_contract(b, {"B": rpm})
+    half = len(rows) // 2
+    span = rows[-1][0]
+    rotated = [(t - rows[half][0], p, o) for t, p, o in rows[half:]] + [
+        (t + span - rows[half][0], p, o) for t, p, o in rows[:half]]
+    b_per_min = 60.0 * len(rows) / (span + 1.0) * load  # B's mean rate per minute
+    a_load = load * factor * rpm / b_per_min
+    a = [TraceRequest(t, Tier.HOT, p, o, tenant="A") for t, p, o in _tile(rotated, a_load,
+                                                                         duration_s)]
+    return mark_contract(a + b, {"A": rpm, "B": rpm})
+
+
+def nn_b_alone(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+               root: Path | None = None) -> list[TraceRequest]:
+    return noisy_neighbours(load, duration_s, seed, root, with_a=False)
+
+
+def multi_turn(load: float = 1.0, duration_s: float = 3600.0, seed: int = 0,
+               root: Path | None = None) -> list[TraceRequest]:
+    """Multi-turn chat with prefix sharing: sessions start at ``0.5 x load`` a second, each
+    of eight tenants'; a session has 1 + a geometric number of turns (mean 4 in all), the
+    first turn's prompt from the conversation trace, each later turn's prompt the whole
+    conversation so far plus a new message of 20-200 tokens, its output from the trace
+    (at most 600), and a think time of mean 20 s after the answer (priced at 30 ms a token).
+    A turn's prompt repeats the previous turn's prompt blocks (``prefix_blocks``), so the
+    KV cache serves them; the session ends at 7,000 tokens of context. Hot, nothing demotable;
+    warm = the code trace at ``load``, as in S1."""
+    root, rng = root or traces_dir(), random.Random(seed)
+    rows = _cached(root / CONV, read_azure)
+    out, t, k = [], 0.0, 0
+    while True:
+        t += rng.expovariate(0.5 * load)
+        if t >= duration_s:
+            break
+        k += 1
+        tenant, base = f"t{k % 8}", k << 16
+        _, prompt, _ = rng.choice(rows)
+        at, context = t, 0
+        while at < duration_s:
+            prompt_tokens = context + (prompt if not context else rng.randint(20, 200))
+            output = min(600, rng.choice(rows)[2])
+            if prompt_tokens + output > 7000:
+                break
+            blocks = tuple(base + i for i in range(prompt_tokens // 16))
+            out.append(TraceRequest(at, Tier.HOT, prompt_tokens, output, prefix_blocks=blocks,
+                                    tenant=tenant))
+            context = prompt_tokens + output
+            at += 0.03 * output + rng.expovariate(1 / 20.0)
+            if rng.random() < 0.25:
+                break
+    warm = _interactive(_tile(_cached(root / CODE, read_azure), load, duration_s), Tier.WARM,
+                        "code", rng)
+    return sorted(out + warm, key=lambda r: r.arrival_s)
+
+
+SCENARIOS = {"S1": s1, "S2": s2, "NN": noisy_neighbours, "NN-B": nn_b_alone,
+             "MT": multi_turn}

@@ -36,6 +36,11 @@ def hot_terms(recs: list[Record]) -> dict:
         "interruption_rate": _share(sum(r.interrupted for r in started), len(started))
         if started else 0.0,
         "demoted": sum(r.demoted for r in recs),
+        "served_as_warm": sum(r.served_as_warm for r in recs),
+        # how long hot requests waited for an outcome (first token, demotion or refusal),
+        # and the worst such wait as a multiple of the request's TTFT target
+        "wait_p99_s": nearest_rank(sorted(r.outcome_wait for r in recs), 99),
+        "wait_max_ratio": max((r.outcome_wait / r.ttft_target for r in recs), default=0.0),
     }
 
 
@@ -83,6 +88,14 @@ def cold_terms(recs: list[Record]) -> dict:
     }
 
 
+def _by_tenant(recs: list[Record]) -> dict[str, dict]:
+    """Hot terms per tenant, when hot traffic comes from more than one."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in recs:
+        groups[r.tenant].append(r)
+    return {t: hot_terms(g) for t, g in sorted(groups.items())} if len(groups) > 1 else {}
+
+
 def summarize(run: RunResult) -> dict:
     acc, cfg = run.accounting, run.config
     by_tier: dict[Tier, list[Record]] = {t: [] for t in Tier}
@@ -93,6 +106,7 @@ def summarize(run: RunResult) -> dict:
     out = {
         "policy": cfg.policy, "gpu": cfg.gpu, "model": cfg.model,
         "hot": hot_terms(by_tier[Tier.HOT]),
+        "hot_by_tenant": _by_tenant(by_tier[Tier.HOT]),
         "warm": warm_terms(by_tier[Tier.WARM], cfg.contracts, cfg.window_s),
         "cold": cold_terms(by_tier[Tier.COLD]),
         "too_long": {str(t): n for t, n in acc.too_long.items()},

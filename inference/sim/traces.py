@@ -35,6 +35,7 @@ class TraceRequest:
     job: str | None = None
     demotable: bool = False
     weight: float = 1.0
+    in_contract: bool = True  # False: above the tenant's contracted rates (excess)
 
 
 def read_azure(path: Path) -> list[tuple[float, int, int]]:
@@ -71,7 +72,7 @@ def read_jsonl(path: Path) -> list[TraceRequest]:
                     None if d.get("deadline_s") is None else float(d["deadline_s"]),
                     tuple(int(h) for h in d.get("prefix_blocks", ())), str(d.get("tenant", "")),
                     d.get("job"), bool(d.get("demotable", False)),
-                    float(d.get("weight", 1.0))))
+                    float(d.get("weight", 1.0)), bool(d.get("in_contract", True))))
             except (KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{path}:{lineno}: bad trace record: {err}") from err
     out.sort(key=lambda r: r.arrival_s)
@@ -92,4 +93,6 @@ def write_jsonl(path: Path, requests: list[TraceRequest]) -> None:
                     d[key] = getattr(r, key)
             if r.demotable:
                 d["demotable"] = True
+            if not r.in_contract:
+                d["in_contract"] = False
             f.write(json.dumps(d) + "\n")

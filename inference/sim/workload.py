@@ -70,4 +70,5 @@ class Workload:
             max_tokens=req.output_tokens, tier=req.tier, arrival_time=req.arrival_s,
             targets=targets,
             profile=Profile.for_tier(req.tier, req.prompt_tokens, req.output_tokens),
-            salt=req.tenant if prefix else rid, tenant_id=req.tenant, deadline=deadline)
+            salt=req.tenant if prefix else rid, tenant_id=req.tenant,
+            in_contract=req.in_contract, deadline=deadline)

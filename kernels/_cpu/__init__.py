@@ -1,4 +1,5 @@
-"""Laser's C kernels for the CPU (``laser_cpu.c``): build once per machine, load with ctypes.
+"""Laser's C kernels for the CPU (``laser_cpu.c``, the quantized matmul ``laser_quant.c`` and
+the thread pool ``laser_pool.c``): build once per machine, load with ctypes.
 
 The library is compiled on first use with the machine's C compiler (``CC``, default ``cc``)
 into ``LASER_NATIVE_DIR`` (default ``~/.cache/laser/native``), under a name that hashes the
@@ -27,7 +28,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("laser_cpu.c")
+SOURCES = tuple(Path(__file__).with_name(n) for n in
+                ("laser_cpu.c", "laser_quant.c", "laser_pool.c", "laser_cpu.h"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=c11", "-fPIC",
          "-shared", "-pthread")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
@@ -38,16 +40,26 @@ SIGNATURES = {
     "laser_rope_write_kv": (_ptr, _int, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr,
                             _ptr),
     "laser_paged_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64,
-                              _i64, _f32, _ptr, _int),
+                              _i64, _f32, _ptr, _int, _int),
     "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
     "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
     "laser_gemm_bf16": (_ptr, _int, _i64, _i64, _ptr, _i64, _ptr, _int, _int),
     "laser_gemm_bf16_supported": (),
-    "laser_decoder_layer": (_ptr, _int, _ptr, _int, _ptr, _ptr, _f32, _ptr, _ptr, _ptr, _ptr,
-                            _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
+    "laser_decoder_layer": (_ptr, _int, _ptr, _int, _ptr, _ptr, _f32, _ptr, _ptr, _int,
+                            _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
                             _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
+    "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
+    "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
+    "laser_q_block_bytes": (_int,),
+    "laser_quantize_q8_0": (_ptr, _i64, _i64, _ptr),
+    "laser_dequantize_q": (_ptr, _int, _i64, _i64, _ptr),
+    "laser_quant_isa": (_int,),
+    "laser_pool_size": (),
+    "laser_pool_reserve": (_int,),
+    "laser_pool_set_spin": (_int,),
 }
-RESTYPES = {"laser_gemm_bf16_supported": _int}
+RESTYPES = {"laser_gemm_bf16_supported": _int, "laser_pack_q": _int, "laser_q_block_bytes": _int,
+            "laser_quant_isa": _int, "laser_pool_size": _int}
 
 
 def _cpu_name() -> str:
@@ -62,18 +74,19 @@ def _cpu_name() -> str:
 
 def _library_path(compiler: str) -> Path:
     base = os.environ.get("LASER_NATIVE_DIR") or Path.home() / ".cache" / "laser" / "native"
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), compiler, *FLAGS, platform.machine(),
-                                    _cpu_name()]).encode()).hexdigest()[:16]
+    parts = [*(p.read_text() for p in SOURCES), compiler, *FLAGS, platform.machine(), _cpu_name()]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     return Path(base) / f"laser_cpu-{key}.so"
 
 
 def build(path: Path, compiler: str) -> None:
-    """Compile ``laser_cpu.c`` into ``path`` (atomically: a temporary file, then a rename)."""
+    """Compile the C sources into ``path`` (atomically: a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], check=True,
+        sources = [str(p) for p in SOURCES if p.suffix == ".c"]
+        subprocess.run([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], check=True,
                        capture_output=True, text=True, timeout=120)
         os.replace(tmp, path)
     finally:
@@ -180,7 +193,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
         block_tables.shape[1], seq_lens.data_ptr(),
         None if query_start_loc is None else query_start_loc.data_ptr(), num_seqs, num_heads,
-        num_kv_heads, head_dim, block_size, scale, out.data_ptr(), DTYPES[out_dtype])
+        num_kv_heads, head_dim, block_size, scale, out.data_ptr(), DTYPES[out_dtype],
+        _gemm_threads(num_rows))
     return out
 
 
@@ -201,7 +215,20 @@ THREADED_ROWS = 64  # from this many rows the matmul starts threads (torch's cou
 # call: a prefill's matmuls last long enough to pay for starting them, a decode step's do not
 
 
+_POOL_THREADS = [0]
+
+
+def set_threads(threads: int) -> None:
+    """Threads of the pool (``laser_pool.c``) for every matmul and attention call from now on;
+    0 restores the rule for Laser's bfloat16 matmul: torch's count from ``THREADED_ROWS`` rows,
+    else one. The runner sets it per step for the quantized mode (the workers sleep between
+    calls, so every core can serve decode steps too)."""
+    _POOL_THREADS[0] = max(0, int(threads))
+
+
 def _gemm_threads(num_rows: int) -> int:
+    if _POOL_THREADS[0]:
+        return _POOL_THREADS[0]
     return torch.get_num_threads() if num_rows >= THREADED_ROWS else 1
 
 
@@ -268,38 +295,63 @@ def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
     return out
 
 
+class LayerWeights:
+    """The four packed projections of a layer (qkv, o, gate_up, down) as
+    ``laser_decoder_layer`` takes them, prepared once: all :class:`PackedBF16` (plain:
+    bfloat16 activations in decode steps; ``split``: float32 ones in steps with prompt tokens)
+    or all ``quant.PackedQuant`` (float32 activations, each pack with its own ``split``)."""
+
+    __slots__ = ("packs", "act", "pointers", "formats", "intermediate")
+
+    def __init__(self, packs: tuple) -> None:
+        self.packs = packs  # keeps the data alive
+        self.act = packs[0].dtype
+        self.pointers = (ctypes.c_void_p * 4)(*(p.data.data_ptr() for p in packs))
+        self.formats = (ctypes.c_int32 * 4)(*(p.fmt + 256 * p.split if hasattr(p, "fmt") else 0
+                                              for p in packs))
+        self.intermediate = packs[3].in_features
+
+
+def _step_args(positions: torch.Tensor, cos_sin: torch.Tensor, meta) -> tuple:
+    """What ``laser_decoder_layer`` takes from the step, checked once per step."""
+    if meta.native_args is None or meta.native_args[0] is not positions:
+        _check(cos_sin, "cos_sin", torch.float32)
+        _check_all(torch.int64, positions=positions, slot_mapping=meta.slot_mapping)
+        _check_all(torch.int32, block_tables=meta.block_tables, seq_lens=meta.seq_lens,
+                   query_start_loc=meta.query_start_loc)
+        qsl = None if meta.is_decode_only else meta.query_start_loc.data_ptr()
+        meta.native_args = (positions, positions.data_ptr(), cos_sin.data_ptr(),
+                            meta.slot_mapping.data_ptr(), meta.block_tables.data_ptr(),
+                            meta.block_tables.shape[1], meta.seq_lens.data_ptr(), qsl,
+                            meta.num_seqs)
+    return meta.native_args
+
+
 def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
                   norms: tuple[torch.Tensor, torch.Tensor], eps: float,
-                  packs: tuple[PackedBF16, ...], heads: tuple[int, int, int],
+                  weights: LayerWeights, heads: tuple[int, int, int],
                   positions: torch.Tensor, cos_sin: torch.Tensor,
                   kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
                   scale: float) -> torch.Tensor:
     """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` on the C kernels
-    and Laser's matmul in one call. ``packs`` are the (qkv, o, gate_up, down) weights, all plain
-    (decode: bfloat16 activations) or all ``split`` (prompt tokens: float32 activations);
-    ``heads`` is (H, KVH, D). ``residual`` (float32) is updated in place; the first layer passes
-    ``x`` itself. Returns the down projection's product, the next layer's ``x``.
+    and Laser's matmuls in one call; ``heads`` is (H, KVH, D). ``residual`` (float32) is
+    updated in place; the first layer passes ``x`` itself. Returns the down projection's
+    product, the next layer's ``x``.
 
     The weights and norms are the model's own (float32, packed once); the tensors that change
-    from step to step are checked here."""
-    act = packs[0].dtype
+    from step to step are checked here, the step's metadata once a step (``_step_args``)."""
+    act = weights.act
     _check(x, "x", *_ACTS)
-    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1],
-               cos_sin=cos_sin)
-    _check_all(torch.int64, positions=positions, slot_mapping=meta.slot_mapping)
-    _check_all(torch.int32, block_tables=meta.block_tables, seq_lens=meta.seq_lens,
-               query_start_loc=meta.query_start_loc)
+    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1])
+    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
     num_tokens, hidden = x.shape
     num_heads, num_kv_heads, head_dim = heads
     k_cache, v_cache = kv_cache
     out = torch.empty((num_tokens, hidden), dtype=act)
-    qsl = None if meta.is_decode_only else meta.query_start_loc.data_ptr()
     library().laser_decoder_layer(
         x.data_ptr(), DTYPES[x.dtype], residual.data_ptr(), int(first), norms[0].data_ptr(),
-        norms[1].data_ptr(), eps, *(p.data.data_ptr() for p in packs), DTYPES[act], num_tokens,
-        hidden, num_heads, num_kv_heads, head_dim, packs[3].in_features, positions.data_ptr(),
-        cos_sin.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), meta.slot_mapping.data_ptr(),
-        k_cache.shape[1], meta.block_tables.data_ptr(), meta.block_tables.shape[1],
-        meta.seq_lens.data_ptr(), qsl, meta.num_seqs, scale, out.data_ptr(),
-        _gemm_threads(num_tokens))
+        norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
+        hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
+        k_cache.data_ptr(), v_cache.data_ptr(), slots, k_cache.shape[1], tables, stride, lens,
+        qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out

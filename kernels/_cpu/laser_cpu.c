@@ -10,33 +10,15 @@
  *
  * Built by kernels/_cpu/__init__.py with the machine's compiler (-O3 -march=native, no FMA
  * contraction so that products round as PyTorch's separate multiplies do); loaded with ctypes.
- * Single-threaded: the serving layout gives the engine one core (LASER_THREADS).
+ * The matmuls and the attention split their work over laser_pool.c's sleeping workers.
  */
+#include "laser_cpu.h"
+
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
-
-enum { F32 = 0, BF16 = 1 };
-
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* round to nearest even, NaN stays NaN (PyTorch's rule) */
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static void load_row(const void *src, int dtype, int64_t n, float *dst) {
     if (dtype == F32) {
@@ -55,8 +37,6 @@ static void store_row(const float *src, int64_t n, void *dst, int dtype) {
     uint16_t *d = (uint16_t *)dst;
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
-
-static inline size_t elem_size(int dtype) { return dtype == F32 ? 4 : 2; }
 
 /* sum of a[i] * b[i]: with AVX-512 one fused multiply-add per 16 elements and one tree
  * reduction; otherwise 16 independent lanes (vectorises without reassociation flags) */
@@ -232,43 +212,55 @@ static void attend(const float *q, int64_t G, int64_t D, const float *k_cache,
  * q: [T, H, D] float32; caches float32 [num_blocks * B, KVH, D]; block_tables: [S, stride]
  * int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
  * int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last positions (NULL: one row each,
- * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH). */
-void laser_paged_attention(const float *q, const float *k_cache, const float *v_cache,
-                           const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
-                           const int32_t *query_start_loc, int64_t S, int64_t H, int64_t KVH,
-                           int64_t D, int64_t B, float scale, void *out, int out_dtype) {
-    int64_t G = H / KVH, max_len = 1;
-    for (int64_t s = 0; s < S; s++)
-        if (seq_lens[s] > max_len) max_len = seq_lens[s];
-    float *scores = (float *)malloc((size_t)(G * max_len) * 4);
-    int64_t *rows = (int64_t *)malloc((size_t)max_len * 8);
+ * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH).
+ * One task per sequence and KV head, over up to `threads` threads of the pool. */
+typedef struct {
+    const float *q, *k_cache, *v_cache;
+    const int32_t *block_tables, *seq_lens, *query_start_loc;
+    int64_t stride, H, KVH, D, B;
+    float scale;
+    char *out;
+    int out_dtype;
+} attn_job;
+
+static void attn_task(void *arg, int64_t task) {
+    const attn_job *j = (const attn_job *)arg;
+    int64_t s = task / j->KVH, kh = task % j->KVH, H = j->H, D = j->D, B = j->B;
+    int64_t G = H / j->KVH, seq_len = j->seq_lens[s];
+    int64_t first = j->query_start_loc ? j->query_start_loc[s] : s;
+    int64_t q_len = j->query_start_loc ? j->query_start_loc[s + 1] - first : 1;
+    float *scores = (float *)malloc((size_t)(G * seq_len) * 4);
+    int64_t *rows = (int64_t *)malloc((size_t)seq_len * 8);
     float *acc = (float *)malloc((size_t)(G * D) * 4);
-    char *ob = (char *)out;
-    for (int64_t s = 0; s < S; s++) {
-        int64_t seq_len = seq_lens[s];
-        int64_t first = query_start_loc ? query_start_loc[s] : s;
-        int64_t q_len = query_start_loc ? query_start_loc[s + 1] - first : 1;
-        const int32_t *table = block_tables + s * stride;
-        for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
-        for (int64_t i = 0; i < q_len; i++) {
-            int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
-            for (int64_t kh = 0; kh < KVH; kh++) {
-                const float *qh = q + (row * H + kh * G) * D;
+    const int32_t *table = j->block_tables + s * j->stride;
+    for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
+    for (int64_t i = 0; i < q_len; i++) {
+        int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
+        const float *qh = j->q + (row * H + kh * G) * D;
 #ifdef __AVX512F__
-                if (D == 64 && G <= 4)
-                    attend_64(qh, (int)G, k_cache, v_cache, rows, len, KVH, kh, scale, scores,
-                              acc);
-                else
+        if (D == 64 && G <= 4)
+            attend_64(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale,
+                      scores, acc);
+        else
 #endif
-                    attend(qh, G, D, k_cache, v_cache, rows, len, KVH, kh, scale, scores, acc);
-                size_t at = (size_t)((row * H + kh * G) * D) * elem_size(out_dtype);
-                store_row(acc, G * D, ob + at, out_dtype);
-            }
-        }
+            attend(qh, G, D, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale, scores,
+                   acc);
+        size_t at = (size_t)((row * H + kh * G) * D) * elem_size(j->out_dtype);
+        store_row(acc, G * D, j->out + at, j->out_dtype);
     }
     free(acc);
     free(rows);
     free(scores);
+}
+
+void laser_paged_attention(const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
+                           const int32_t *query_start_loc, int64_t S, int64_t H, int64_t KVH,
+                           int64_t D, int64_t B, float scale, void *out, int out_dtype,
+                           int threads) {
+    attn_job j = {q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, stride, H, KVH,
+                  D, B, scale, (char *)out, out_dtype};
+    laser_pool_run(attn_task, &j, S * KVH, threads);
 }
 
 /* out[t] = silu(gate) * up for x[t] = [gate | up] ([T, 2 I] in x_dtype; out [T, I]). */
@@ -334,7 +326,6 @@ void laser_pack_bf16(const float *w, int64_t N, int64_t K, uint16_t *out) {
 }
 
 #ifdef __AVX512BF16__
-#include <pthread.h>
 
 static inline void gemm_store(__m512 acc, void *out, int out_dtype, int64_t at, __mmask16 keep) {
     if (out_dtype == F32)
@@ -395,16 +386,16 @@ static const gemm_tile_fn GEMM_TILES[2][GEMM_MR] = {
 
 typedef struct {
     const uint16_t *hi, *lo, *w;
-    int64_t M, K, N, b0, b1;
+    int64_t M, K, N, blocks_per_task, blocks;
     char *out;
     int out_dtype;
 } gemm_job;
 
-static void *gemm_blocks(void *arg) {
+static void gemm_task(void *arg, int64_t task) {
     const gemm_job *j = (const gemm_job *)arg;
-    int64_t KP = j->K / 2;
+    int64_t KP = j->K / 2, b1 = (task + 1) * j->blocks_per_task;
     const gemm_tile_fn *tiles = GEMM_TILES[j->lo != NULL];
-    for (int64_t b = j->b0; b < j->b1; b++) {
+    for (int64_t b = task * j->blocks_per_task; b < b1 && b < j->blocks; b++) {
         const uint16_t *wb = j->w + b * KP * GEMM_NB * 2;
         for (int64_t m0 = 0; m0 < j->M; m0 += GEMM_MR) {
             int64_t mr = j->M - m0 < GEMM_MR ? j->M - m0 : GEMM_MR;
@@ -414,7 +405,6 @@ static void *gemm_blocks(void *arg) {
                           j->N, b * GEMM_NB);
         }
     }
-    return NULL;
 }
 #endif
 
@@ -435,22 +425,11 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
         lo = split + M * K;
     }
     int64_t blocks = (N + GEMM_NB - 1) / GEMM_NB;
-    if (threads > blocks) threads = (int)blocks;
-    if (threads < 1) threads = 1;
-    gemm_job jobs[64];
-    pthread_t ids[64];
-    if (threads > 64) threads = 64;
-    int started = 0;
-    for (int t = 0; t < threads; t++) {
-        jobs[t] = (gemm_job){hi, lo, w, M, K, N, blocks * t / threads, blocks * (t + 1) / threads,
-                             (char *)out, out_dtype};
-        if (t > 0 && pthread_create(&ids[started], NULL, gemm_blocks, &jobs[t]) == 0)
-            started++;
-        else if (t > 0)
-            gemm_blocks(&jobs[t]); /* no thread to be had: do its share here */
-    }
-    gemm_blocks(&jobs[0]);
-    for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+    int64_t tasks = threads > 1 ? (int64_t)threads * 4 : 1;
+    if (tasks > blocks) tasks = blocks;
+    int64_t per = (blocks + tasks - 1) / tasks;
+    gemm_job j = {hi, lo, w, M, K, N, per, blocks, (char *)out, out_dtype};
+    laser_pool_run(gemm_task, &j, (blocks + per - 1) / per, threads);
     free(split);
 #else
     (void)x; (void)x_dtype; (void)M; (void)K; (void)w; (void)N; (void)out; (void)out_dtype;
@@ -461,25 +440,36 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
 
 /* ---- a whole decoder layer ------------------------------------------------------------------
  *
- * The calls above in the order a Llama layer makes them, on Laser's matmul, so that a layer
+ * The calls above in the order a Llama layer makes them, on Laser's matmuls, so that a layer
  * costs Python one call instead of about ten (a decode step of SmolLM2 spent 2-3 ms of its
  * 11-27 ms in those calls' Python: checks, allocations, ctypes argument conversion).
- * Activations travel in `act` (bfloat16 in decode steps; float32 with split matmuls in steps
- * with prompt tokens). x: [T, hidden] in x_dtype; residual: float32 [T, hidden], updated in
- * place (the first layer passes x itself, float32, and first = 1: no add before its first
- * norm); out: [T, hidden] in act, the down projection's product (the next layer's x).
- * Weights: laser_pack_bf16 layouts of qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up
- * [2 I, hidden] and down [hidden, I]. The rest as laser_rope_write_kv and laser_paged_attention
- * take it. */
+ * Activations travel in `act` (bfloat16 in bfloat16 decode steps; float32 with split matmuls
+ * in steps with prompt tokens, and always on quantized weights). x: [T, hidden] in x_dtype;
+ * residual: float32 [T, hidden], updated in place (the first layer passes x itself, float32,
+ * and first = 1: no add before its first norm); out: [T, hidden] in act, the down
+ * projection's product (the next layer's x).
+ * Weights w[4]: qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up [2 I, hidden] and down
+ * [hidden, I], each in laser_pack_bf16's layout (fmts[i] = 0) or laser_pack_q's (fmts[i] the
+ * GGML type, + 256 for two-part activations). The rest as laser_rope_write_kv and
+ * laser_paged_attention take it; `threads` for the matmuls and the attention. */
+static void layer_matmul(const void *w, int fmt, const void *x, int act, int64_t T, int64_t K,
+                         int64_t N, void *out, int threads) {
+    if (fmt)
+        laser_gemm_q(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
+                     fmt >> 8);
+    else
+        laser_gemm_bf16(x, act, T, K, (const uint16_t *)w, N, out, act, threads);
+}
+
 void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
                          const float *input_norm, const float *post_norm, float eps,
-                         const uint16_t *w_qkv, const uint16_t *w_o, const uint16_t *w_gate_up,
-                         const uint16_t *w_down, int act, int64_t T, int64_t hidden, int64_t H,
-                         int64_t KVH, int64_t D, int64_t I, const int64_t *positions,
-                         const float *cos_sin, float *k_cache, float *v_cache,
-                         const int64_t *slots, int64_t B, const int32_t *block_tables,
-                         int64_t stride, const int32_t *seq_lens, const int32_t *query_start_loc,
-                         int64_t S, float scale, void *out, int threads) {
+                         const void *const *w, const int32_t *fmts, int act,
+                         int64_t T, int64_t hidden, int64_t H, int64_t KVH, int64_t D, int64_t I,
+                         const int64_t *positions, const float *cos_sin, float *k_cache,
+                         float *v_cache, const int64_t *slots, int64_t B,
+                         const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
+                         const int32_t *query_start_loc, int64_t S, float scale, void *out,
+                         int threads) {
     size_t a = elem_size(act);
     int64_t n_qkv = (H + 2 * KVH) * D, widest = n_qkv > 2 * I ? n_qkv : 2 * I;
     char *normed = (char *)malloc((size_t)(T * hidden) * a);
@@ -489,15 +479,15 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
     char *proj = (char *)malloc((size_t)(T * (hidden > I ? hidden : I)) * a); /* o, then silu */
     laser_add_rms_norm(x, x_dtype, first ? NULL : residual, input_norm, eps, T, hidden, normed,
                        act);
-    laser_gemm_bf16(normed, act, T, hidden, w_qkv, n_qkv, wide, act, threads);
+    layer_matmul(w[0], fmts[0], normed, act, T, hidden, n_qkv, wide, threads);
     laser_rope_write_kv(wide, act, T, H, KVH, D, positions, cos_sin, q, k_cache, v_cache, slots);
     laser_paged_attention(q, k_cache, v_cache, block_tables, stride, seq_lens, query_start_loc,
-                          S, H, KVH, D, B, scale, attn, act);
-    laser_gemm_bf16(attn, act, T, H * D, w_o, hidden, proj, act, threads);
+                          S, H, KVH, D, B, scale, attn, act, threads);
+    layer_matmul(w[1], fmts[1], attn, act, T, H * D, hidden, proj, threads);
     laser_add_rms_norm(proj, act, residual, post_norm, eps, T, hidden, normed, act);
-    laser_gemm_bf16(normed, act, T, hidden, w_gate_up, 2 * I, wide, act, threads);
+    layer_matmul(w[2], fmts[2], normed, act, T, hidden, 2 * I, wide, threads);
     laser_silu_and_mul(wide, act, T, I, proj, act);
-    laser_gemm_bf16(proj, act, T, I, w_down, hidden, out, act, threads);
+    layer_matmul(w[3], fmts[3], proj, act, T, I, hidden, out, threads);
     free(proj);
     free(attn);
     free(q);

@@ -6,12 +6,15 @@ the README lists each variable. ``production.py`` tightens this profile.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from laser_platform.settings._env import BASE_DIR, VAR_DIR, env  # noqa: F401 (settings)
 from laser_platform.settings.celery import *  # noqa: F403
 from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
 from laser_platform.settings.gateway import *  # noqa: F403
 from laser_platform.settings.inference import *  # noqa: F403
+from laser_platform.settings.openapi import *  # noqa: F403
 from laser_platform.settings.slo import *  # noqa: F403
 
 # A fixed key is fine for a laptop; production.py refuses to start without a real one.
@@ -31,7 +34,7 @@ DJANGO_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
 ]
-THIRD_PARTY_APPS = ["rest_framework", "channels"]
+THIRD_PARTY_APPS = ["rest_framework", "channels", "axes", "drf_spectacular"]
 # Laser's own apps, in dependency order. Add a new app here (one line each).
 LASER_APPS = [
     "apps.core",
@@ -39,10 +42,14 @@ LASER_APPS = [
     "apps.gateway",
     "apps.slo",
     "apps.batches",
+    "apps.web",
 ]
+LOGIN_URL = "/login/"
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [
+    # First: every request gets an id, every 500 is logged with its traceback and that id.
+    "laser_platform.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -50,7 +57,26 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns django-axes' lockout into the response of any login view.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes) for every login, since every login page (admin, dashboard)
+# goes through django.contrib.auth.authenticate. LASER_LOGIN_FAILURE_LIMIT failed attempts for
+# one username from one IP lock that pair out for LASER_LOGIN_LOCKOUT_MINUTES (429 with the
+# message below); platform staff unlock early by deleting the access attempt in the admin
+# ("Axes" > "Access attempts") or with `manage.py axes_reset_username USERNAME`. The IP is
+# REMOTE_ADDR: behind a proxy, have it pass the client's address (e.g. uvicorn
+# --proxy-headers).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT: int = env("LASER_LOGIN_FAILURE_LIMIT", 5, int)
+AXES_COOLOFF_TIME = timedelta(minutes=env("LASER_LOGIN_LOCKOUT_MINUTES", 60.0, float))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "core/login_locked.html"
 
 ROOT_URLCONF = "laser_platform.urls"
 ASGI_APPLICATION = "laser_platform.asgi.application"
@@ -93,6 +119,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 # Process model. LASER_EMBEDDED is switched on by `manage.py serve` (see manage.py) so that
@@ -101,6 +128,8 @@ LASER_EMBEDDED: bool = env("LASER_EMBEDDED", False, bool)
 LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
 # last_used_at is written at most this often per key, not on every request.
 LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
+# Deepest JSON accepted in a request body or a batch input line (laser_platform/jsonbody.py).
+LASER_MAX_JSON_DEPTH: int = env("LASER_MAX_JSON_DEPTH", 64, int)
 
 LOG_LEVEL: str = env(
     "LOG_LEVEL", "INFO", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

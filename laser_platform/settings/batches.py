@@ -13,6 +13,8 @@ from laser_platform.settings._env import env
 # Upload limits. Files are stored in the database (see docs/batches.md for why).
 LASER_BATCH_MAX_FILE_BYTES: int = env("LASER_BATCH_MAX_FILE_BYTES", 64 * 1024 * 1024, int)
 LASER_BATCH_MAX_LINES: int = env("LASER_BATCH_MAX_LINES", 50_000, int)
+# Per-tenant file storage quota (uploads plus output/error files); an upload past it is a 400.
+LASER_FILE_STORAGE_MB: int = env("LASER_FILE_STORAGE_MB", 1024, int)
 # The longest completion_window accepted (OpenAI's only window is 24h).
 LASER_BATCH_MAX_WINDOW_S: int = env("LASER_BATCH_MAX_WINDOW_S", 24 * 3600, int)
 # Default lifetime of uploaded batch files and of output/error files (OpenAI: 30 days).

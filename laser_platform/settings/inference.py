@@ -25,8 +25,8 @@ BUNDLED_MODEL_NAMES = ("", "smollm2-135m-instruct", "smollm2", "default")
 # The engine's accepted values (inference/engine/config.py: DTYPES, MATMUL_DTYPES and the
 # scheduler's POLICIES); tests/apps/gateway/test_engine_config.py keeps the two lists equal.
 DTYPES = ("float32", "bfloat16", "float16")
-MATMUL_DTYPES = ("auto", "float32", "bfloat16")
-POLICIES = ("laser", "priority", "partitioned", "fcfs")
+MATMUL_DTYPES = ("auto", "float32", "bfloat16", "quant", "q8")
+POLICIES = ("laser", "priority", "edf", "partitioned", "fcfs")
 
 
 def count(raw: str) -> int:

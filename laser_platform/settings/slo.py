@@ -20,7 +20,13 @@ if LASER_SLO_RETENTION_DAYS < 2:
 # Windows whose missed terms send alerts (webhook + email), at most once per term and window.
 LASER_SLO_ALERT_WINDOWS: list[str] = env("LASER_SLO_ALERT_WINDOWS", ["hour", "day"], list)
 LASER_SLO_ALERT_FROM: str = env("LASER_SLO_ALERT_FROM", "laser@localhost")
+# Alert webhooks: per-attempt timeout, retries after the first attempt (timeouts, connection
+# errors, 5xx, 429) with exponential backoff from BACKOFF_S, and the hosts platform staff admit
+# although they resolve to private/reserved addresses (comma-separated names or IPs).
 LASER_SLO_WEBHOOK_TIMEOUT_S: float = env("LASER_SLO_WEBHOOK_TIMEOUT_S", 5.0, float)
+LASER_SLO_WEBHOOK_RETRIES: int = env("LASER_SLO_WEBHOOK_RETRIES", 3, int)
+LASER_SLO_WEBHOOK_BACKOFF_S: float = env("LASER_SLO_WEBHOOK_BACKOFF_S", 30.0, float)
+LASER_SLO_WEBHOOK_ALLOWED_HOSTS: list[str] = env("LASER_SLO_WEBHOOK_ALLOWED_HOSTS", [], list)
 # Bearer token for /metrics; empty = staff session only.
 LASER_METRICS_TOKEN: str = env("LASER_METRICS_TOKEN", "")
 # How often the embedded process materialises closed windows (seconds).

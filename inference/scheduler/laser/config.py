@@ -1,5 +1,6 @@
-"""Knobs of the tier-aware policy. Every part can be switched off on its own, so tests and the
-simulator's ablations can measure what each one buys."""
+"""Knobs of the tier-aware policy: ``LaserPolicyConfig`` holds the thresholds the engine runs
+with; ``LaserAblations`` the switches that turn settled parts off, which only the simulator's
+ablations and the tests set (the engine always runs every part)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class LaserPolicyConfig:
-    """Switches (``*_enabled``) and thresholds of the ``laser`` policy.
+    """Thresholds of the ``laser`` policy (each part's switch is in ``LaserAblations``).
 
     Reserve: hot keeps headroom of tokens per step and KV blocks sized from its recent demand
     (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
@@ -31,8 +32,9 @@ class LaserPolicyConfig:
     rest miss too; with demotion on, demotable ones among them are demoted to warm, as long
     as triage's demotions stay within ``triage_demotion_budget`` of the hot requests admitted
     (the platform's default demotion budget is 5 %).
-    Overload: a hot request whose estimated TTFT exceeds ``overload_ttft_factor`` times its
-    target is refused with a retry-after estimate (with triage: only one triage serves late).
+    Overload (``overload_enabled``): a hot request whose estimated TTFT exceeds
+    ``overload_ttft_factor`` times its target is refused with a retry-after estimate (with
+    triage: only one triage serves late).
     Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
     Hot ignores the warm floor's cap when ``hot_over_warm_floor`` (the floor is a mean rate
     over a window; a hot burst's longer steps cost it little).
@@ -46,38 +48,27 @@ class LaserPolicyConfig:
     for the layer in flight.
     """
 
-    reserve_enabled: bool = True
     reserve_margin: float = 0.25
     reserve_window_s: float = 30.0
     reserve_max_frac: float = 0.5
     reserve_min_tokens: int = 0
-    chunking_enabled: bool = True
     tbt_safety: float = 0.8
     tbt_safety_max: float = 0.95
     error_window_steps: int = 512
     ttft_slack_frac: float = 0.25
-    warm_floor_enabled: bool = True
-    demotion_enabled: bool = True
     pressure_slack_frac: float = 0.2
     pressure_window_s: float = 2.0
     restore_window_s: float = 10.0
     demote_fraction: float = 0.25
-    borrowing_enabled: bool = True
     warm_share: float = 0.3
     cold_need_safety: float = 1.5
-    cold_slack_enabled: bool = True
     promote_slack_s: float = 60.0
     cold_refresh_s: float = 1.0
-    admission_enabled: bool = True
     overload_enabled: bool = True
     overload_ttft_factor: float = 2.0
-    aging_enabled: bool = True
     aging_warm_s: float = 30.0
     aging_cold_s: float = 1800.0
-    hot_over_warm_floor: bool = True
-    triage_enabled: bool = True
     triage_demotion_budget: float = 0.04
-    layer_pause_enabled: bool = True
     pause_layer_frac: float = 0.1
 
     def __post_init__(self) -> None:
@@ -98,12 +89,39 @@ class LaserPolicyConfig:
         if self.error_window_steps < 1:
             raise ValueError("error_window_steps must be at least 1")
 
+
+@dataclass(frozen=True, slots=True)
+class LaserAblations:
+    """Switches that turn one settled part of the policy off, for the simulator's ablations
+    and the tests (docs/benchmarks.md records what each part buys). The engine never sets
+    them: it runs the defaults, every part on. The parts are described in
+    ``LaserPolicyConfig``; ``hot_over_warm_floor`` off holds hot prefill to the warm floor's
+    step cap too; ``layer_pause_enabled`` off never pauses even where the executor could;
+    ``contract_first_enabled`` off serves excess traffic (``Sequence.in_contract`` False)
+    like in-contract traffic; ``overload_demotion_enabled`` off leaves late hot requests
+    whose contract is not demotable in hot (served after the on-time ones) and refuses by
+    the hot queue's wait instead of warm's backlog."""
+
+    reserve_enabled: bool = True
+    chunking_enabled: bool = True
+    warm_floor_enabled: bool = True
+    demotion_enabled: bool = True
+    borrowing_enabled: bool = True
+    cold_slack_enabled: bool = True
+    admission_enabled: bool = True
+    aging_enabled: bool = True
+    hot_over_warm_floor: bool = True
+    triage_enabled: bool = True
+    layer_pause_enabled: bool = True
+    contract_first_enabled: bool = True
+    overload_demotion_enabled: bool = True
+
     @classmethod
-    def none(cls) -> LaserPolicyConfig:
-        """Every part off: the policy degenerates to strict priority by tier."""
-        return cls(reserve_enabled=False, chunking_enabled=False, warm_floor_enabled=False,
-                   demotion_enabled=False, borrowing_enabled=False, warm_share=1.0,
-                   cold_slack_enabled=False,
-                   admission_enabled=False, overload_enabled=False, aging_enabled=False,
-                   hot_over_warm_floor=False, triage_enabled=False,
-                   layer_pause_enabled=False)
+    def none(cls) -> LaserAblations:
+        """Every part off: the policy degenerates to strict priority by tier (with the
+        policy config's ``warm_share`` at 1 and ``overload_enabled`` off)."""
+        return cls(**dict.fromkeys(cls.__dataclass_fields__, False))
+
+
+# What ``LaserAblations.none()`` assumes of the thresholds: warm is not held to a share.
+NONE_POLICY = LaserPolicyConfig(warm_share=1.0, overload_enabled=False)

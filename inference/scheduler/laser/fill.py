@@ -1,40 +1,100 @@
 """Filling one step of the ``laser`` policy: who runs, how many tokens, who is preempted.
 
-Kept apart from the policy object so that the per-step bookkeeping (tokens used per class,
-the TBT cap, the hot reserve, the victim list) lives and dies with the step.
+The fill reads a ``FillView`` (queues, sort keys, estimates and the policy's numbers, built
+by the policy for the step) and changes none of the policy's state: it returns a
+``FillResult`` whose decisions (sequences started, sequences preempted, "finish the paused
+forward") the policy applies. Its one side effect is on the KV block manager, through the
+view's ``try_schedule``/``release_unscheduled``/``free_blocks``: whether a chunk fits depends
+on the blocks the chunks before it took and the victims before it freed.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as Seqs
+from dataclasses import dataclass
 
-from inference.kv.block_manager import BlockCopy
+from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.request import Tier
-from inference.scheduler.cost import largest_fitting, max_tokens_within
-from inference.scheduler.laser.slack import hot_slack_frac, warm_gap_s
+from inference.scheduler.config import SchedulerConfig
+from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
+from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.laser.slack import Speeds, hot_slack_frac, warm_gap_s
 from inference.scheduler.plan import ScheduledSeq
-from inference.sequence import Sequence, SequenceStatus
-
-if TYPE_CHECKING:
-    from inference.scheduler.laser.policy import LaserScheduler
+from inference.sequence import Sequence
 
 MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
 # a floor for every waiting hot prompt would add up past the cap in a burst)
-RUNNING = SequenceStatus.RUNNING
 HOT = Tier.HOT
+Chunk = tuple[ScheduledSeq, list[BlockCopy]]
+
+
+@dataclass(frozen=True, slots=True)
+class FillView:
+    """What one step's fill reads (the queues are the policy's own lists: the fill only
+    reads them). ``key`` is the policy's sort key (class first), ``keys`` its cache;
+    ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
+    ``hold_tokens``/``hold_blocks`` the hot reserve; ``has_held`` whether a paused forward
+    holds sequences (and blocks)."""
+
+    now: float
+    running: Seqs[Sequence]
+    waiting: Seqs[Sequence]
+    key: Callable[[Sequence], tuple]
+    keys: Mapping[str, tuple]
+    config: SchedulerConfig
+    policy: LaserPolicyConfig
+    ablations: LaserAblations
+    cost: CostEstimator
+    speeds: Speeds
+    tbt_safety: float
+    pause_cap_s: float | None
+    hold_tokens: int
+    hold_blocks: int
+    cold_need: float
+    has_held: bool
+    kv: BlockManager
+    try_schedule: Callable[[Sequence, int], Chunk | None]
+    release_unscheduled: Callable[[Sequence], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FillResult:
+    """A step's decisions: ``items`` to run, ``started`` waiting sequences that now run,
+    ``preempted`` running ones (their blocks already freed) to requeue, ``finish_paused``
+    when class-0 work needs the paused forward's blocks, ``reserve_kept_out`` when the hot
+    block reserve kept a waiting prompt out; and what the policy learns from the step."""
+
+    mode: str
+    items: tuple[Chunk, ...]
+    started: tuple[Sequence, ...]
+    preempted: tuple[Sequence, ...]
+    finish_paused: bool
+    reserve_kept_out: bool
+    used_by_class: tuple[int, ...]
+    hot_blocks: int
+    hot_min_slack: float
+    hot_cap: int
+    context: int
+    estimate_s: float
 
 
 class StepFill:
     """One step's fill. ``mode`` "hot" takes only class 0 (hot and aged) work, "other" only
     the rest, "all" both (see ``LaserScheduler._fill``)."""
 
-    def __init__(self, sched: LaserScheduler, now: float, mode: str = "all") -> None:
-        self.s, self.now, self.mode = sched, now, mode
-        self.p = sched.policy
-        self.budget = sched.config.max_num_batched_tokens
-        self.items: dict[str, tuple[tuple[ScheduledSeq, list[BlockCopy]], int]] = {}
-        self.preempted: list[str] = []
+    def __init__(self, view: FillView, mode: str = "all") -> None:
+        self.v, self.now, self.mode = view, view.now, mode
+        self.p, self.ab = view.policy, view.ablations
+        self.budget = view.config.max_num_batched_tokens
+        self.items: dict[str, tuple[Chunk, int]] = {}
+        self.preempted: list[Sequence] = []
+        self.started: list[Sequence] = []
+        self.gone: set[str] = set()  # seq ids preempted this step
+        self.n_running = len(view.running)
+        self.finish_paused = False
+        self.reserve_kept_out = False  # the hot block reserve kept a waiting prompt out
         self.used = 0
         self.used_by_class = [0, 0, 0, 0]
         self.hot_blocks = 0
@@ -46,16 +106,25 @@ class StepFill:
         self.hot_cap_s: float | None = None  # the same for hot's own chunks
         self.finish_by: float | None = None  # earliest on-time first-token deadline taken
         self.hot_floor = MIN_HOT_CHUNK  # until the step holds a hot prefill chunk
-        self._attn = getattr(sched.cost, "prefill_attn_s", None)
+        self._attn = getattr(view.cost, "prefill_attn_s", None)
         self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
 
     # ---- the step -------------------------------------------------------------------------
-    def run(self) -> None:
-        s = self.s
-        keyed = sorted((s.key(q), q) for q in s.running)
+    def run(self) -> FillResult:
+        self._run()
+        return FillResult(
+            self.mode, tuple(g for g, _ in self.items.values()), tuple(self.started),
+            tuple(self.preempted), self.finish_paused, self.reserve_kept_out,
+            tuple(self.used_by_class),
+            self.hot_blocks, self.hot_min_slack, self.hot_cap, self.context,
+            self.estimate_s() if self.used else 0.0)
+
+    def _run(self) -> None:
+        v = self.v
+        key, keys = v.key, v.keys
+        keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
-        keys, key = s._keys, s.key
-        waiting = [(keys.get(q.seq_id) or key(q), q) for q in s.waiting]
+        waiting = [(keys.get(q.seq_id) or key(q), q) for q in v.waiting]
         if self.mode != "all":  # class 0 only, or all but class 0
             hot = self.mode == "hot"
             keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
@@ -72,7 +141,7 @@ class StepFill:
                     return
                 if k[0] in self._spent:  # the class's allowance ran out earlier this step
                     break
-                if q.status is RUNNING or is_waiting:
+                if is_waiting or q.seq_id not in self.gone:
                     self._prefill(k, q, is_waiting)
 
     def _by_class(self, prefills, waiting):
@@ -84,12 +153,11 @@ class StepFill:
         running = [len(g) for g in groups]  # running prefills per class
         for k, q in waiting:
             groups[k[0]].append((k, q, True))
-        seats = self.s.config.max_num_seqs
+        seats = self.v.config.max_num_seqs
         for cls, group in enumerate(groups):
             if not group or cls in self._spent or self._allowance(cls) <= 0:
                 continue
-            if cls > 1 and not running[cls] and (self._admit_closed
-                                                 or len(self.s.running) >= seats):
+            if cls > 1 and not running[cls] and (self._admit_closed or self.n_running >= seats):
                 continue  # only waiting requests that could not be admitted: skip the sort
             group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
             yield group
@@ -97,39 +165,51 @@ class StepFill:
     def _limits(self, decodes, prefills, waiting) -> list:
         """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap.
 
-        Returns the decodes to run: while a hot request's TTFT slack is short, cold decodes
-        (which have slack, or they would be promoted) sit the step out, so that their context
-        does not eat the time the TBT cap leaves for hot prefill.
+        Returns the decodes to run: while an in-contract hot request's TTFT slack is short,
+        cold decodes (which have slack, or they would be promoted) sit the step out, so that
+        their context does not eat the time the TBT cap leaves for hot prefill. While any
+        in-contract hot prompt waits or prefills, every tenant's excess work (decodes and
+        prefill, any class) sits the step out: it would lengthen the steps that bring the
+        in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
-        p, s, sp = self.p, self.s, self.s.speeds
+        p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
         hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        ttft_min = math.inf
+        ttft_min = excess_min = math.inf
+        self.contract_first = False  # an in-contract hot prompt waits or prefills
         for k, q in prefills + [w for w in waiting if w[0][0] == 0]:
             if k[0] == 0:
-                ttft_min = min(ttft_min, hot_slack_frac(q, self.now, sp))
-        self.hot_min_slack = min(self.hot_min_slack, ttft_min)
-        self.defer = p.chunking_enabled and ttft_min < p.ttft_slack_frac
+                self.contract_first |= not k[1]
+                slack = hot_slack_frac(q, self.now, sp)
+                if k[1]:
+                    excess_min = min(excess_min, slack)
+                else:
+                    ttft_min = min(ttft_min, slack)
+        self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
+        self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:
             paused = [q for k, q in decodes if k[0] == 3]
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if k[0] != 3]
-        safety = s.tbt_safety()
-        hot_caps = [safety * g for g in hot_tbt] if p.chunking_enabled else []
+        if self.contract_first:
+            paused = [q for k, q in decodes if k[1]]
+            self.context -= sum(q.num_computed_tokens for q in paused)
+            decodes = [(k, q) for k, q in decodes if not k[1]]
+        safety = v.tbt_safety
+        hot_caps = [safety * g for g in hot_tbt] if ab.chunking_enabled else []
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
-                ] if p.warm_floor_enabled else []
-        self.hot_cap_s = min(hot_caps + ([] if p.hot_over_warm_floor else warm), default=None)
+                ] if ab.warm_floor_enabled else []
+        self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a pausable step: short enough layers that a hot arrival soon gets its turn
-        pause = [s.pause_step_cap_s(self.now)] if self.mode == "other" else []
+        pause = [v.pause_cap_s] if self.mode == "other" else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = self._tokens_within(self.cap_s, len(decodes))
-        self.hold_tokens = s.reserve.tokens(self.budget) if p.reserve_enabled else 0
-        self.hold_blocks = s.reserve.blocks(s.kv.num_blocks) if p.reserve_enabled else 0
-        if p.borrowing_enabled:
-            spare = self.budget - self.hold_tokens - round(s.cold_need)
+        self.hold_tokens, self.hold_blocks = v.hold_tokens, v.hold_blocks
+        if ab.borrowing_enabled:
+            spare = self.budget - self.hold_tokens - round(v.cold_need)
             self.warm_cap = max(int(p.warm_share * self.budget), spare)
         else:
             self.warm_cap = int(p.warm_share * self.budget)
@@ -138,7 +218,7 @@ class StepFill:
     def _tokens_within(self, seconds: float | None, floor: int) -> int:
         if seconds is None:
             return self.budget
-        return max(floor, max_tokens_within(self.s.cost, seconds, self.context, self.budget))
+        return max(floor, max_tokens_within(self.v.cost, seconds, self.context, self.budget))
 
     def _allowance(self, cls: int) -> int:
         left = self.budget - self.used
@@ -153,8 +233,11 @@ class StepFill:
 
     def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
         cls = key[0]
+        v = self.v
+        if key[1] and self.contract_first:
+            return  # excess waits while in-contract hot prompts are served (see _limits)
         if is_waiting and cls > 1 and (self._admit_closed
-                                       or len(self.s.running) >= self.s.config.max_num_seqs):
+                                       or self.n_running >= v.config.max_num_seqs):
             return  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
@@ -163,14 +246,14 @@ class StepFill:
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
             return
-        if cls > 0 and self.hold_blocks and is_waiting and (self.s.running or self.s.held):
+        if cls > 0 and self.hold_blocks and is_waiting and (self.n_running or v.has_held):
             # the hot reserve keeps new cold/warm prompts out; a prompt already running goes on
             # into it (hot preempts it if it needs the blocks): held back, running prefills
             # that between them filled the pool waited for each other forever. With nothing
             # running it keeps nothing out: the reserve would only idle the engine until its
             # window forgot the peak
-            if self.s.kv.num_free_blocks - self.s.kv.blocks_needed(seq, n) < self.hold_blocks:
-                self._admit_closed = True
+            if v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks:
+                self._admit_closed = self.reserve_kept_out = True
                 return
         if is_waiting:
             self._admit(key, seq, n)
@@ -200,43 +283,44 @@ class StepFill:
 
     def estimate_s(self) -> float:
         """Estimated seconds of the step as filled so far."""
-        return self.s.cost.step_time(self.used, self.context) + self.attn_s
+        return self.v.cost.step_time(self.used, self.context) + self.attn_s
 
     def _step_s(self, seq: Sequence, n: int) -> float:
         """Estimated seconds of this step with ``n`` more prompt tokens of ``seq``."""
-        t = self.s.cost.step_time(self.used + n, self.context) + self.attn_s
+        t = self.v.cost.step_time(self.used + n, self.context) + self.attn_s
         if self._attn is not None and n > 1:
             t += self._attn(seq.num_computed_tokens, n)
         return t
 
     def _admit(self, key: tuple, seq: Sequence, n: int) -> None:
-        s, cls = self.s, key[0]
+        v, cls = self.v, key[0]
         if self._admit_closed and cls > 1:
             return
-        while len(s.running) >= s.config.max_num_seqs:
+        while self.n_running >= v.config.max_num_seqs:
             if cls > 1 or not self._preempt_below(key):
                 return
-        got = s.try_schedule(seq, n)
+        got = v.try_schedule(seq, n)
         while got is None and cls <= 1 and self._preempt_below(key):
-            got = s.try_schedule(seq, n)
+            got = v.try_schedule(seq, n)
         if got is None:
-            s.release_wanted |= cls == 0 and bool(s.held)
-            s.release_unscheduled(seq)
+            self.finish_paused |= cls == 0 and v.has_held
+            v.release_unscheduled(seq)
             self._admit_closed = True
             return
-        s.start_running(seq, self.now)
+        self.started.append(seq)
+        self.n_running += 1
         self._take(seq, got, cls)
 
     def _run_one(self, key: tuple, seq: Sequence, n: int) -> None:
-        s = self.s
-        if seq.status is not RUNNING:
+        v = self.v
+        if seq.seq_id in self.gone:
             return
-        got = s.try_schedule(seq, n)
+        got = v.try_schedule(seq, n)
         while got is None and self._preempt_below(key):
-            got = s.try_schedule(seq, n)
+            got = v.try_schedule(seq, n)
         if got is None:
-            if key[0] == 0 and s.held:  # the paused forward's blocks: wait for its release
-                s.release_wanted = True
+            if key[0] == 0 and v.has_held:  # the paused forward's blocks: wait for its release
+                self.finish_paused = True
                 return
             self._preempt(seq)
             return
@@ -265,13 +349,12 @@ class StepFill:
 
     def _preempt_below(self, key: tuple) -> bool:
         """Preempt the least urgent running sequence ranked after ``key``; False if none."""
-        s = self.s
         while self.victims:
             victim = self.victims[-1]
-            if victim.status is not RUNNING:
+            if victim.seq_id in self.gone:
                 self.victims.pop()
                 continue
-            if s.key(victim) <= key:
+            if self.v.key(victim) <= key:
                 return False
             self.victims.pop()
             self._preempt(victim)
@@ -287,6 +370,8 @@ class StepFill:
             self.attn_s -= self._chunk_attn(item)
             if cls == 0:
                 self.hot_blocks -= len(seq.block_ids)
-        self.s.preempt(seq)
-        self.preempted.append(seq.seq_id)
+        self.v.kv.free(seq)
+        self.gone.add(seq.seq_id)
+        self.preempted.append(seq)
+        self.n_running -= 1
         self._spent.clear()

@@ -41,17 +41,24 @@ class PressureTracker:
         return None
 
 
-def pick_demotions(hot: Iterable[Sequence], fraction: float) -> list[str]:
-    """Request ids to demote: demotable ones, lowest priority weight first, then the newest.
+def pick_demotions(hot: Iterable[Sequence], fraction: float, *,
+                   excess_first: bool = True) -> list[str]:
+    """Request ids to demote: traffic above its tenant's contract first (with
+    ``excess_first``; such traffic may be demoted whatever the contract says), then demotable
+    ones; lowest priority weight first, then the newest.
 
-    Takes ``fraction`` of the hot requests (at least one when any is demotable).
+    Takes ``fraction`` of the hot requests (at least one when any is a candidate).
     """
     by_request: dict[str, Sequence] = {}
     for seq in hot:
         by_request.setdefault(seq.request_id, seq)
-    candidates = [s for s in by_request.values() if s.targets.demotable]
+    def excess(s: Sequence) -> bool:
+        return excess_first and not s.in_contract
+
+    candidates = [s for s in by_request.values() if s.targets.demotable or excess(s)]
     if not candidates:
         return []
     count = max(1, math.floor(fraction * len(by_request)))
-    candidates.sort(key=lambda s: (s.targets.priority_weight, -s.arrival_time, s.request_id))
+    candidates.sort(key=lambda s: (not excess(s), s.targets.priority_weight, -s.arrival_time,
+                                   s.request_id))
     return [s.request_id for s in candidates[:count]]

@@ -27,15 +27,28 @@ class HotJob:
     deadline: float  # arrival + TTFT target
     work_s: float  # estimated seconds of prefill left, the machine to itself
     demotable: bool = False  # its contract lets the policy move it to warm
+    excess: bool = False  # above its tenant's contract: planned after all in-contract work
 
 
 def late_jobs(jobs: Iterable[HotJob], now: float) -> set[str]:
     """Moore-Hodgson: the ids to serve after the rest so that the rest meet their deadlines.
 
-    A demotable job is given up before the longest one: demoted, it leaves the hot share
-    instead of missing in it (so the count kept on time is optimal only among the others).
-    Ties break on the id, so the result does not depend on the input order.
+    In-contract jobs are planned first and excess jobs after them (the order the policy
+    serves them in), so excess is given up before any in-contract job. A demotable job is
+    given up before the longest one: demoted, it leaves the hot share instead of missing in
+    it (so the count kept on time is optimal only among the others). Ties break on the id,
+    so the result does not depend on the input order.
     """
+    jobs = list(jobs)
+    late, finish = _moore_hodgson([j for j in jobs if not j.excess], now)
+    excess = [j for j in jobs if j.excess]
+    if excess:
+        late |= _moore_hodgson(excess, finish)[0]
+    return late
+
+
+def _moore_hodgson(jobs: list[HotJob], now: float) -> tuple[set[str], float]:
+    """The late ids and the finish time of the jobs kept, starting at ``now``."""
     longest: list[tuple[float, str]] = []  # (-work, id) of the jobs kept so far
     demotable: list[tuple[float, str]] = []  # the same, demotable ones only
     finish, late = now, set()
@@ -55,7 +68,7 @@ def late_jobs(jobs: Iterable[HotJob], now: float) -> set[str]:
             late.add(seq_id)
         while demotable and demotable[0][1] in late:
             heapq.heappop(demotable)
-    return late
+    return late, finish
 
 
 def prefill_work_s(sp: Speeds, step_tokens: int,

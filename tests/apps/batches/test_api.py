@@ -36,7 +36,7 @@ def test_file_round_trip(api):
     assert obj.expires_at - obj.created_at == 30 * 24 * 3600
     assert FileObject.model_validate(api.get(f"/v1/files/{obj.id}").json()) == obj
     content = api.get(f"/v1/files/{obj.id}/content")
-    assert content.status_code == 200 and content.content == jsonl([chat_line("a", "x")])
+    assert content.status_code == 200 and content.getvalue() == jsonl([chat_line("a", "x")])
     listed = api.get("/v1/files").json()
     assert [f["id"] for f in listed["data"]] == [obj.id] and listed["has_more"] is False
     deleted = FileDeleted.model_validate(api.delete(f"/v1/files/{obj.id}").json())
@@ -47,7 +47,7 @@ def test_file_content_ignores_the_accept_header(api):
     # The openai SDK asks for application/binary; a 406 would break files.content().
     file_id = _upload(api, [chat_line("a", "x")]).json()["id"]
     content = api.get(f"/v1/files/{file_id}/content", HTTP_ACCEPT="application/binary")
-    assert content.status_code == 200 and content.content == jsonl([chat_line("a", "x")])
+    assert content.status_code == 200 and content.getvalue() == jsonl([chat_line("a", "x")])
     missing = api.get("/v1/files/file-nope/content", HTTP_ACCEPT="application/binary")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "file_not_found"
 

@@ -16,6 +16,7 @@ from apps.batches.execution import ChunkRunner, chunk_run
 from apps.batches.finalize import batch_finalize
 from apps.batches.models import Batch, BatchFile, BatchLine
 from apps.batches.selectors import request_counts
+from apps.batches.storage import content_chunks
 from apps.batches.sweep import cleanup, resume, sweep
 from inference.request import Tier
 from tests.apps.batches.conftest import chat_line
@@ -32,7 +33,7 @@ def _create(cold, upload, rows, window="24h"):
 def _lines(file_uid: str | None) -> list[dict]:
     if file_uid is None:
         return []
-    content = bytes(BatchFile.objects.get(uid=file_uid).content)
+    content = b"".join(content_chunks(BatchFile.objects.get(uid=file_uid).pk))
     return [json.loads(x) for x in content.decode().splitlines()]
 
 

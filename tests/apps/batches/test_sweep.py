@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from apps.batches import execution, services
 from apps.batches.execution import ChunkRunner, chunk_run
-from apps.batches.models import Batch, BatchFile, BatchLine
+from apps.batches.models import Batch, BatchLine
 from apps.batches.selectors import request_counts
+from apps.batches.storage import content_chunks
 from apps.batches.sweep import redispatch, sweep
 from tests.apps.batches.conftest import chat_line
 
@@ -35,7 +36,7 @@ def _age(batch, settings, extra_s: float = 1.0) -> None:
 
 def _custom_ids(batch) -> list[str]:
     batch.refresh_from_db()
-    content = bytes(BatchFile.objects.get(pk=batch.output_file_id).content)
+    content = b"".join(content_chunks(batch.output_file_id))
     return [json.loads(x)["custom_id"] for x in content.decode().splitlines()]
 
 

@@ -45,3 +45,14 @@ def make_report() -> Callable[..., Any]:
         return RequestReport(**{**values, **fields})
 
     return make
+
+
+@pytest.fixture
+def eager_celery() -> Any:
+    """Celery tasks run in the caller (``.delay`` included), retries too, without a broker."""
+    from laser_platform.celery import app
+
+    old = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield app
+    app.conf.task_always_eager = old

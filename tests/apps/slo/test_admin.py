@@ -16,7 +16,7 @@ URL = "/admin/slo/slocontract/"
 def _form(contract: SLOContract | None = None, **changes) -> dict:
     base = SLOContract() if contract is None else contract
     data = {name: getattr(base, name) for name in SLOContract.TERM_FIELDS}
-    data["daily_token_budget"] = data["daily_token_budget"] or ""
+    data["daily_token_budget"] = data["daily_token_budget"] or 1_000_000  # the plan bounds it
     data.update(changes)
     data.update({"versions-TOTAL_FORMS": "0", "versions-INITIAL_FORMS": "0"})
     if not data["demotable"]:

@@ -48,9 +48,10 @@ def _materialise_and_alert(now, capture):
 
 
 def test_a_missed_term_alerts_once_per_window(tenant_factory, user_factory, make_report,
-                                              webhook, settings,
+                                              webhook, settings, eager_celery,
                                               django_capture_on_commit_callbacks):
     settings.LASER_SLO_ALERT_WINDOWS = ["hour"]
+    settings.LASER_SLO_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the test's receiver is local
     url, received = webhook
     tenant = tenant_factory()
     user_factory(tenant=tenant, role="admin", email="ops@alpha.test")
@@ -73,10 +74,11 @@ def test_a_missed_term_alerts_once_per_window(tenant_factory, user_factory, make
     # Re-raising the same rows (a second worker racing) sends nothing either.
     rows = fulfilment.series("hour", T0, T0 + HOUR)
     assert alerts.raise_breaches([{**r, "final": True} for r in rows]) == []
-    assert BreachAlert.objects.get(term="ttft_p99").webhook_status == "204"
+    assert BreachAlert.objects.get(term="ttft_p99").webhook_status == "delivered: HTTP 204"
 
 
 def test_disabled_alerts_are_recorded_but_not_sent(tenant_factory, make_report, settings,
+                                                   eager_celery,
                                                    django_capture_on_commit_callbacks):
     settings.LASER_SLO_ALERT_WINDOWS = ["minute"]
     tenant = tenant_factory()

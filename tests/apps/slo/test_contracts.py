@@ -79,6 +79,7 @@ def test_invalid_terms_are_refused_with_a_clear_message(tenant_factory, terms, f
     assert words in " ".join(info.value.message_dict[field])
 
 
-def test_percentile_100_and_unlimited_budget_are_fine(tenant_factory):
-    contract = contract_create(tenant=tenant_factory(), tier="cold", cold_percentile=100.0)
-    assert contract.daily_token_budget is None
+def test_percentile_100_and_unlimited_budget_for_staff_are_fine(tenant_factory):
+    contract = contract_create(tenant=tenant_factory(), tier="cold", cold_percentile=100.0,
+                               daily_token_budget=None, beyond_plan=True)
+    assert contract.daily_token_budget is None and contract.cold_percentile == 100.0

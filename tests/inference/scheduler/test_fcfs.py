@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.errors import AdmissionRefused
-from inference.request import Tier
+from inference.request import ContractTargets, Tier
 from inference.sequence import SequenceStatus
-from tests.inference.factories import make_request, make_scheduler, run_to_completion
+from tests.inference.factories import make_request, make_scheduler, run_to_completion, step
 
 
 def test_long_prompt_is_prefilled_in_chunks_then_decoded():
@@ -96,7 +96,7 @@ def test_same_inputs_same_plans():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 6), st.integers(1, 3),
                           st.sampled_from(list(Tier))), min_size=1, max_size=12),
-       st.sampled_from(["fcfs", "priority", "partitioned", "laser"]))
+       st.sampled_from(["fcfs", "priority", "edf", "partitioned", "laser"]))
 def test_budgets_respected_and_blocks_conserved(reqs, policy):
     sched = make_scheduler(policy, num_blocks=24, block_size=4, max_num_batched_tokens=16,
                            max_num_seqs=5, long_prefill_chunk=8, max_model_len=40)
@@ -115,3 +115,15 @@ def test_budgets_respected_and_blocks_conserved(reqs, policy):
         assert len({s.seq_id for s in p.scheduled}) == len(p.scheduled)
     assert len(finished) == total
     assert sched.kv.num_free_blocks == sched.kv.num_blocks
+
+
+def test_edf_runs_the_earliest_deadline_first():
+    sched = make_scheduler("edf", max_num_batched_tokens=8, long_prefill_chunk=8)
+    sched.add(make_request("late", 8, tier=Tier.COLD, deadline=100.0, salt="a"), 0.0)
+    sched.add(make_request("soon", 8, targets=ContractTargets(ttft_p99_s=0.5), salt="b"), 0.0)
+    sched.add(make_request("warm", 8, tier=Tier.WARM, salt="c",
+                           targets=ContractTargets(warm_mean_ttft_s=2.0)), 0.0)
+    order = []
+    for t in range(3):
+        order += [s.seq_id for s in step(sched, float(t)).scheduled if s.start == 0]
+    assert order == ["soon-0", "warm-0", "late-0"]

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from inference.errors import AdmissionRefused, EngineOverloaded
 from inference.request import ContractTargets, Tier
-from inference.scheduler import LaserPolicyConfig, LinearCost
+from inference.scheduler import LinearCost
 from tests.inference.factories import make_request, make_scheduler, step
+from tests.inference.scheduler.knobs import OFF, Knobs, knobs
 
-OFF = LaserPolicyConfig.none()
 
-
-def laser(policy: LaserPolicyConfig = OFF, cost=None, **config):
+def laser(policy: Knobs = OFF, cost=None, **config):
     cost = cost or LinearCost(1.0, 0.0)
-    return make_scheduler("laser", options={"policy_config": policy, "cost": cost}, **config)
+    return make_scheduler("laser", options=policy.options(cost=cost), **config)
 
 
 def tokens_of(plan, prefix):
@@ -27,7 +24,7 @@ def tokens_of(plan, prefix):
 def test_warm_borrows_what_cold_does_not_need_and_gives_it_back(deadline, warm_tokens):
     # Cold needs 59 prompt tokens before its 2 decode steps: spread over 28 one-second steps
     # that is 2.1 per step (x1.5 safety = 3), over 3 steps 29.5; warm keeps its 30 % floor (9).
-    policy = replace(OFF, borrowing_enabled=True, warm_share=0.3, cold_refresh_s=0.0)
+    policy = knobs(OFF, borrowing_enabled=True, warm_share=0.3, cold_refresh_s=0.0)
     sched = laser(policy, max_num_batched_tokens=32, long_prefill_chunk=32)
     sched.add(make_request("c", 60, max_tokens=2, tier=Tier.COLD, deadline=deadline), 0.0)
     sched.add(make_request("w", 64, max_tokens=2, tier=Tier.WARM, salt="w"), 0.0)
@@ -36,14 +33,14 @@ def test_warm_borrows_what_cold_does_not_need_and_gives_it_back(deadline, warm_t
 
 
 def test_without_borrowing_warm_keeps_its_static_share():
-    sched = laser(replace(OFF, warm_share=0.3), max_num_batched_tokens=32,
+    sched = laser(knobs(OFF, warm_share=0.3), max_num_batched_tokens=32,
                   long_prefill_chunk=32)
     sched.add(make_request("w", 64, max_tokens=2, tier=Tier.WARM), 0.0)
     assert tokens_of(step(sched, 0.0), "w") == 9
 
 
 def test_cold_runs_least_slack_first():
-    policy = replace(OFF, cold_slack_enabled=True, promote_slack_s=0.0, cold_refresh_s=0.0)
+    policy = knobs(OFF, cold_slack_enabled=True, promote_slack_s=0.0, cold_refresh_s=0.0)
     sched = laser(policy, max_num_batched_tokens=16, long_prefill_chunk=16)
     # Same deadline; the longer job has less slack. Arrival order would pick "short" first.
     sched.add(make_request("short", 8, max_tokens=2, tier=Tier.COLD, deadline=500.0), 0.0)
@@ -53,7 +50,7 @@ def test_cold_runs_least_slack_first():
 
 
 def test_cold_promoted_when_slack_runs_out_and_outranks_warm():
-    policy = replace(OFF, cold_slack_enabled=True, promote_slack_s=10.0, cold_refresh_s=0.0)
+    policy = knobs(OFF, cold_slack_enabled=True, promote_slack_s=10.0, cold_refresh_s=0.0)
     sched = laser(policy, max_num_batched_tokens=8, long_prefill_chunk=8, max_num_seqs=1)
     sched.add(make_request("w", 8, max_tokens=50, tier=Tier.WARM, salt="w"), 0.0)
     sched.add(make_request("c", 8, max_tokens=20, tier=Tier.COLD, deadline=40.0), 0.0)
@@ -67,7 +64,7 @@ def test_cold_promoted_when_slack_runs_out_and_outranks_warm():
 
 
 def test_admission_refuses_cold_that_cannot_meet_its_deadline():
-    sched = laser(replace(OFF, admission_enabled=True))
+    sched = laser(knobs(OFF, admission_enabled=True))
     with pytest.raises(AdmissionRefused, match="deadline") as err:
         sched.add(make_request("c", 8, max_tokens=50, tier=Tier.COLD, deadline=20.0), 0.0)
     assert err.value.retry_after_s is None and not isinstance(err.value, EngineOverloaded)
@@ -75,7 +72,7 @@ def test_admission_refuses_cold_that_cannot_meet_its_deadline():
 
 
 def test_admission_protects_admitted_cold_with_later_deadlines():
-    sched = laser(replace(OFF, admission_enabled=True), cost=LinearCost(1.0, 0.1),
+    sched = laser(knobs(OFF, admission_enabled=True), cost=LinearCost(1.0, 0.1),
                   max_num_seqs=1, max_num_batched_tokens=8, long_prefill_chunk=8)
     sched.add(make_request("a", 8, max_tokens=10, tier=Tier.COLD, deadline=26.0), 0.0)
     with pytest.raises(AdmissionRefused, match="push admitted"):
@@ -84,7 +81,7 @@ def test_admission_protects_admitted_cold_with_later_deadlines():
 
 
 def test_overloaded_hot_is_refused_fast_with_retry_after():
-    sched = laser(replace(OFF, overload_enabled=True, overload_ttft_factor=1.0),
+    sched = laser(knobs(OFF, overload_enabled=True, overload_ttft_factor=1.0),
                   cost=LinearCost(0.01, 0.01))
     hot = ContractTargets(ttft_p99_s=0.5)
     sched.add(make_request("a", 30, targets=hot), 0.0)  # an empty queue always admits
@@ -95,7 +92,7 @@ def test_overloaded_hot_is_refused_fast_with_retry_after():
 
 def test_aging_serves_starved_cold_as_hot():
     def run(aging: bool):
-        policy = replace(OFF, aging_enabled=aging, aging_cold_s=5.0, cold_refresh_s=0.0)
+        policy = knobs(OFF, aging_enabled=aging, aging_cold_s=5.0, cold_refresh_s=0.0)
         sched = laser(policy, max_num_batched_tokens=8, long_prefill_chunk=8)
         sched.add(make_request("c", 4, max_tokens=2, tier=Tier.COLD, deadline=1e6), 0.0)
         for t in range(20):  # a hot prompt every step fills the budget

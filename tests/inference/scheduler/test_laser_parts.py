@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from inference.request import ContractTargets, Tier
 from inference.scheduler import LaserPolicyConfig, LinearCost
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.reserve import HotReserve, SlidingPeak
 from inference.sequence import SequenceStatus
 from tests.inference.factories import make_request, make_scheduler, step
+from tests.inference.scheduler.knobs import OFF, Knobs, knobs
 
-OFF = LaserPolicyConfig.none()
 COST = LinearCost(0.01, 0.001)
 
 
-def laser(policy: LaserPolicyConfig = OFF, cost=COST, **config):
-    return make_scheduler("laser", options={"policy_config": policy, "cost": cost}, **config)
+def laser(policy: Knobs = OFF, cost=COST, **config):
+    return make_scheduler("laser", options=policy.options(cost=cost), **config)
 
 
 def ids(plan):
@@ -43,7 +41,7 @@ def test_reserve_follows_hot_demand_and_is_capped():
 
 
 def test_reserve_keeps_blocks_from_cold_admission():
-    policy = replace(OFF, reserve_enabled=True, reserve_margin=0.0, reserve_max_frac=0.5)
+    policy = knobs(OFF, reserve_enabled=True, reserve_margin=0.0, reserve_max_frac=0.5)
     sched = laser(policy, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
     sched.add(make_request("h", 24, max_tokens=2), 0.0)  # 7 blocks of 4 at its peak
     for t in range(3):
@@ -54,9 +52,11 @@ def test_reserve_keeps_blocks_from_cold_admission():
     sched.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
     plan = step(sched, 4.0)
     assert "c-0" not in ids(plan)  # 11 blocks would eat into hot's 7 of the 14 free
+    assert sched.reserved_idle_blocks() == sched.reserve.blocks(16) > 0  # kept from cold
     sched.abort("h2")
     # with nothing running the reserve keeps nothing out (it would only idle the engine)
     assert "c-0" in ids(step(sched, 5.0))
+    assert sched.reserved_idle_blocks() == 0  # free blocks nobody was denied are not kept
     no_reserve = laser(OFF, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
     no_reserve.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
     assert "c-0" in ids(step(no_reserve, 3.0))
@@ -81,7 +81,7 @@ def test_hot_preempts_cold_first_then_warm():
 def test_long_prefill_chunk_shrinks_under_hot_tbt():
     hot = ContractTargets(tbt_p99_s=0.03)
     for chunking, expect in ((False, 31), (True, 14 - 1)):
-        sched = laser(replace(OFF, chunking_enabled=chunking), max_num_batched_tokens=32,
+        sched = laser(knobs(OFF, chunking_enabled=chunking), max_num_batched_tokens=32,
                       long_prefill_chunk=32)
         sched.add(make_request("h", 4, max_tokens=50, targets=hot), 0.0)
         step(sched, 0.0)  # hot prefilled, now decoding
@@ -95,7 +95,7 @@ def test_prefill_chunk_shrinks_to_keep_the_warm_rate_floor():
     # 25 tok/s with a 20 % band: a token every 50 ms; 0.8 * 50 ms fits 30 tokens at 1 ms + 10 ms.
     warm = ContractTargets(warm_rate_tps=25.0, warm_band=0.2)
     for floor, expect in ((False, 31), (True, 30 - 1)):
-        sched = laser(replace(OFF, warm_floor_enabled=floor), max_num_batched_tokens=32,
+        sched = laser(knobs(OFF, warm_floor_enabled=floor), max_num_batched_tokens=32,
                       long_prefill_chunk=32)
         sched.add(make_request("w", 4, max_tokens=50, tier=Tier.WARM, targets=warm), 0.0)
         step(sched, 0.0)  # warm prefilled, now decoding
@@ -107,7 +107,7 @@ def test_prefill_chunk_shrinks_to_keep_the_warm_rate_floor():
 
 def test_cold_decodes_sit_out_while_hot_ttft_slack_is_short():
     for ttft, cold_runs in ((0.09, False), (0.5, True)):
-        sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=32,
+        sched = laser(knobs(OFF, chunking_enabled=True), max_num_batched_tokens=32,
                       long_prefill_chunk=16)
         sched.add(make_request("c", 4, max_tokens=20, tier=Tier.COLD, deadline=1e6), 0.0)
         step(sched, 0.0)  # cold prefilled, now decoding
@@ -131,7 +131,7 @@ def test_prefill_chunk_shrinks_when_its_attention_would_break_the_tbt_cap():
     # 35 cached ones 4.5 ms a token: the largest chunk that fits is 6.
     hot = ContractTargets(tbt_p99_s=0.05)
     for cost, cached, expect in ((COST, 57, 29), (AttentionCost(0.01, 0.001), 35, 6)):
-        sched = laser(replace(OFF, chunking_enabled=True), cost=cost, num_blocks=128,
+        sched = laser(knobs(OFF, chunking_enabled=True), cost=cost, num_blocks=128,
                       max_num_batched_tokens=32, long_prefill_chunk=32)
         sched.add(make_request("h", 4, max_tokens=50, targets=hot), 0.0)
         sched.add(make_request("c", 100, max_tokens=2, tier=Tier.COLD, deadline=1e6,
@@ -155,7 +155,7 @@ def test_hot_prefill_goes_by_ttft_deadline_not_arrival():
 def test_non_hot_prefill_waits_while_hot_ttft_slack_is_small():
     # 63 prompt tokens at 1 ms leave 16 ms of a 90 ms TTFT target: 18 %, under the 25 % bar.
     for ttft, expect in ((0.09, ["h-0"]), (0.5, ["h-0", "c-0"])):
-        sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=32,
+        sched = laser(knobs(OFF, chunking_enabled=True), max_num_batched_tokens=32,
                       long_prefill_chunk=16)
         sched.add(make_request("c", 40, max_tokens=2, tier=Tier.COLD, deadline=1e6), 0.0)
         sched.add(make_request("h", 64, max_tokens=2, targets=ContractTargets(ttft_p99_s=ttft),
@@ -183,7 +183,7 @@ def test_pick_demotions_lowest_weight_first_and_only_demotable():
 
 
 def test_sustained_pressure_demotes_then_restores_with_reasons():
-    policy = replace(OFF, demotion_enabled=True, pressure_window_s=2.0, restore_window_s=3.0,
+    policy = knobs(OFF, demotion_enabled=True, pressure_window_s=2.0, restore_window_s=3.0,
                      demote_fraction=0.5)
     # A 10 ms TBT target cannot hold with 20 ms steps: hot is under pressure at once.
     tight = ContractTargets(tbt_p99_s=0.01, demotable=True, priority_weight=1.0)
@@ -212,7 +212,7 @@ def test_running_prefills_may_go_into_the_hot_block_reserve():
     # but the ones already running must go on into it: held back as well, they held blocks
     # and waited for each other, and the engine spun through empty steps until some hot
     # request came by.
-    from inference.scheduler import LaserPolicyConfig, LinearCost
+    from inference.scheduler import LinearCost
     from tests.inference.factories import run_timed
 
     sched = make_scheduler("laser", num_blocks=64, block_size=4, max_num_batched_tokens=64,

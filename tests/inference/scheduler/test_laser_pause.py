@@ -4,28 +4,24 @@ steps pausable, held sequences out of every plan until released."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 
 from inference.request import ContractTargets, Tier
-from inference.scheduler import LaserPolicyConfig, LinearCost
+from inference.scheduler import LinearCost
 from tests.inference.factories import make_request, make_scheduler, step
+from tests.inference.scheduler.knobs import OFF, Knobs, knobs
 
 COST = LinearCost(0.01, 0.001)
 HOT = ContractTargets(ttft_p99_s=1.0, tbt_p99_s=0.5)
-PAUSE = replace(LaserPolicyConfig.none(), layer_pause_enabled=True)  # the other parts off
+PAUSE = knobs(OFF, layer_pause_enabled=True)  # the other parts off
 
 
-def laser(layer_pause: int = 30, policy: LaserPolicyConfig | None = None,
-          num_blocks: int = 128):
+def laser(layer_pause: int = 30, policy: Knobs = PAUSE, num_blocks: int = 128):
     """``layer_pause``: the layers the executor can stop between (0: none)."""
-    sched = make_scheduler("laser", options={"policy_config": policy or PAUSE,
-                                             "cost": COST},
-                           num_blocks=num_blocks, max_num_batched_tokens=64,
-                           long_prefill_chunk=64)
-    sched.layer_pause = layer_pause
-    return sched
+    return make_scheduler("laser", options=policy.options(cost=COST, pause_layers=layer_pause),
+                          num_blocks=num_blocks, max_num_batched_tokens=64,
+                          long_prefill_chunk=64)
 
 
 def tiers(sched, plan) -> set[Tier]:
@@ -44,14 +40,14 @@ def test_hot_and_the_rest_run_in_separate_steps_and_only_the_rest_may_pause():
     sched = laser()
     hot_decoding(sched)
     plan = sched.schedule(1.01)  # hot's next token is not due yet: the cold step runs alone
-    assert tiers(sched, plan) == {Tier.COLD} and sched.may_pause(plan)
     # due when hot's TBT target (times the safety) is near, less the hot step's estimate
     hot = sched.seqs["h-0"]
     due = hot.last_token_time + sched.tbt_safety() * 0.5 - COST.step_time(1, 9)
+    assert tiers(sched, plan) == {Tier.COLD} and plan.pause_until == pytest.approx(due)
     assert sched.pause_due_at() == pytest.approx(due)
     sched.update(plan, {s.seq_id: 7 for s in plan.scheduled if s.sample}, 1.01)
     plan = sched.schedule(due + 0.001)  # now hot is due: its decode runs alone, not pausable
-    assert tiers(sched, plan) == {Tier.HOT} and not sched.may_pause(plan)
+    assert tiers(sched, plan) == {Tier.HOT} and plan.pause_until is None
 
 
 def test_held_sequences_sit_out_every_plan_until_released():
@@ -86,10 +82,10 @@ def test_a_held_sequence_that_finishes_keeps_its_blocks_until_release():
 
 def test_without_layer_pause_hot_and_cold_share_a_step():
     # the executor cannot pause, or the policy's switch is off
-    for sched in (laser(layer_pause=0), laser(policy=LaserPolicyConfig.none())):
+    for sched in (laser(layer_pause=0), laser(policy=OFF)):
         hot_decoding(sched)
         plan = sched.schedule(1.01)
-        assert tiers(sched, plan) == {Tier.HOT, Tier.COLD} and not sched.may_pause(plan)
+        assert tiers(sched, plan) == {Tier.HOT, Tier.COLD} and plan.pause_until is None
         assert sched.pause_due_at() == math.inf
 
 
@@ -100,12 +96,12 @@ def test_hot_that_needs_the_held_blocks_asks_for_the_release_then_preempts():
     sched.hold(s.seq_id for s in cold.scheduled)
     sched.add(make_request("h", 12, max_tokens=4, targets=HOT, first_token=60), 0.01)
     plan = sched.schedule(0.01)
-    assert plan.is_empty and sched.release_wanted  # 3 blocks needed, 2 free, none to preempt
+    assert plan.is_empty and plan.finish_paused  # 3 blocks needed, 2 free, none to preempt
     assert [s.seq_id for s in sched.held] == ["c-0"]  # the held one is never preempted
     sched.release()  # the paused forward completed: its token is folded back as usual
     sched.update(cold, {"c-0": 7}, 0.02)
     plan = sched.schedule(0.02)
-    assert tiers(sched, plan) == {Tier.HOT} and not sched.release_wanted
+    assert tiers(sched, plan) == {Tier.HOT} and not plan.finish_paused
     assert plan.preempted == ("c-0",)
 
 

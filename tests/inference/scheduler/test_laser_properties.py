@@ -6,19 +6,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
-from inference.scheduler import LaserPolicyConfig, LinearCost
+from inference.scheduler import LinearCost
 from tests.inference.factories import make_request, make_scheduler, run_timed
+from tests.inference.scheduler.knobs import ALL, Knobs, knobs
 
 COST = LinearCost(0.05, 0.002)
 
 
-def laser(policy: LaserPolicyConfig | None = None, **config):
+def laser(policy: Knobs = ALL, **config):
     config.setdefault("num_blocks", 48)
     config.setdefault("max_num_batched_tokens", 32)
     config.setdefault("max_num_seqs", 6)
     config.setdefault("max_model_len", 160)
-    return make_scheduler("laser", options={"policy_config": policy or LaserPolicyConfig(),
-                                            "cost": COST}, **config)
+    return make_scheduler("laser", options=policy.options(cost=COST), **config)
 
 
 jobs = st.lists(st.tuples(st.floats(0, 20), st.integers(1, 60), st.integers(1, 40),
@@ -60,8 +60,8 @@ mixed = st.lists(st.tuples(st.floats(0, 10), st.integers(1, 40), st.integers(1, 
 @given(mixed)
 def test_no_request_waits_past_its_tier_bound(spec):
     bound = 2.0
-    policy = LaserPolicyConfig(aging_warm_s=bound, aging_cold_s=bound, cold_refresh_s=0.0,
-                               admission_enabled=False, overload_enabled=False)
+    policy = knobs(ALL, aging_warm_s=bound, aging_cold_s=bound, cold_refresh_s=0.0,
+                   admission_enabled=False, overload_enabled=False)
     arrivals = [(t, make_request(f"r{i}", p, max_tokens=o, tier=tier, n=n, arrival=t,
                                  deadline=t + 1e5, salt=f"s{i}"))
                 for i, (t, p, o, tier, n) in enumerate(spec)]

@@ -17,15 +17,15 @@ from inference.scheduler.laser.estimate import EstimateError
 from inference.scheduler.laser.fill import MIN_HOT_CHUNK
 from inference.scheduler.laser.triage import HotJob, late_jobs
 from tests.inference.factories import make_request, make_scheduler, run_timed, step
+from tests.inference.scheduler.knobs import OFF, Knobs, knobs
 
-OFF = LaserPolicyConfig.none()
-TRIAGE = replace(OFF, triage_enabled=True)
+TRIAGE = knobs(OFF, triage_enabled=True)
 COST = LinearCost(0.01, 0.001)  # 10 ms a step plus 1 ms a token
 
 
-def laser(policy: LaserPolicyConfig, cost=COST, **config):
+def laser(policy: Knobs, cost=COST, **config):
     config.setdefault("num_blocks", 256)
-    return make_scheduler("laser", options={"policy_config": policy, "cost": cost}, **config)
+    return make_scheduler("laser", options=policy.options(cost=cost), **config)
 
 
 def hot(rid: str, prompt: int, ttft: float, max_tokens: int = 1, **kw):
@@ -95,7 +95,7 @@ def test_a_demotable_job_is_given_up_before_a_longer_one():
 
 @pytest.mark.parametrize("budget", [0.5, 0.0])
 def test_triage_demotes_a_demotable_late_request_within_its_budget(budget):
-    policy = replace(TRIAGE, demotion_enabled=True, triage_demotion_budget=budget)
+    policy = knobs(TRIAGE, demotion_enabled=True, triage_demotion_budget=budget)
     sched = laser(policy, max_num_batched_tokens=16, long_prefill_chunk=16)
     sched.add(hot("a", 32, 0.07), 0.0)
     sched.add(hot("b", 40, 0.12, demotable=True), 0.0)
@@ -127,9 +127,9 @@ def test_a_burst_gives_up_the_long_prompt_not_everyone_behind_it():
 def test_overload_admits_a_short_prompt_that_edf_serves_first():
     # The old rule priced the queued 200-token prompt in front of the new one: 0.225 s against
     # a 0.1 s target, refused. In deadline order the short one goes first and makes it.
-    for policy, refused in ((replace(OFF, overload_enabled=True, overload_ttft_factor=1.0),
+    for policy, refused in ((knobs(OFF, overload_enabled=True, overload_ttft_factor=1.0),
                              True),
-                            (replace(TRIAGE, overload_enabled=True, overload_ttft_factor=1.0),
+                            (knobs(TRIAGE, overload_enabled=True, overload_ttft_factor=1.0),
                              False)):
         sched = laser(policy, max_num_batched_tokens=64, long_prefill_chunk=64)
         sched.add(hot("long", 200, 1.0), 0.0)
@@ -145,7 +145,7 @@ def test_overload_refuses_only_what_triage_serves_late_past_the_factor():
     # and as a late request it first waits for the on-time one: 8 tokens and 8/64 of a step's
     # fixed cost, 0.00925 s.
     for factor, refused in ((1.0, True), (2.0, False)):
-        sched = laser(replace(TRIAGE, overload_enabled=True, overload_ttft_factor=factor),
+        sched = laser(knobs(TRIAGE, overload_enabled=True, overload_ttft_factor=factor),
                       max_num_batched_tokens=64, long_prefill_chunk=64)
         sched.add(hot("a", 8, 1.0), 0.0)
         if refused:
@@ -165,7 +165,7 @@ def test_overload_prices_hot_prefill_at_the_chunk_the_fill_really_gives():
     # (MIN_HOT_CHUNK). Priced at the cap, each 40-token prompt looked like 40 steps (3.6 s)
     # and the second of a burst was refused against 10 x 0.2 s; at 32-token steps eight
     # queue 7 x (40 ms + 1.3 x 90 ms) = 1.1 s deep: all admitted; forty are not.
-    policy = replace(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0,
+    policy = knobs(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0,
                      chunking_enabled=True)
     for burst, refusals in ((8, False), (40, True)):
         sched = laser(policy, cost=LinearCost(0.09, 0.001), max_num_batched_tokens=512,
@@ -173,7 +173,7 @@ def test_overload_prices_hot_prefill_at_the_chunk_the_fill_really_gives():
         sched.add(hot("s", 8, 0.2, max_tokens=100, tbt_p99_s=0.1), 0.0)
         for t in range(3):
             step(sched, 0.1 * t)
-        assert sched._hot_step_tokens < MIN_HOT_CHUNK
+        assert sched.state.hot_step_tokens < MIN_HOT_CHUNK
         refused = 0
         for i in range(burst):
             try:
@@ -188,7 +188,7 @@ def test_overload_never_refuses_a_request_for_its_own_length(ahead):
     # 1,000 tokens: 1.17 s of prefill against a 50 ms target at factor 1. Refusing it would
     # refuse every retry too (the engine measured a lone 256-token prompt on one CPU core at
     # 0.23 s, past the design's 200 ms), so only the wait in front of it may refuse it.
-    sched = laser(replace(TRIAGE, overload_enabled=True, overload_ttft_factor=1.0),
+    sched = laser(knobs(TRIAGE, overload_enabled=True, overload_ttft_factor=1.0),
                   max_num_batched_tokens=64, long_prefill_chunk=64)
     if ahead:
         sched.add(hot("a", 8, 1.0), 0.0)  # 0.018 s of on-time work in front
@@ -200,7 +200,7 @@ def test_overload_never_refuses_a_request_for_its_own_length(ahead):
 def test_overload_never_refuses_a_request_with_nothing_in_front():
     # the first request of a process waits for the engine to load before admission: 5 s
     # past a 0.2 s target at factor 10, but nothing is queued, so refusing it helps nobody
-    policy = replace(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0)
+    policy = knobs(TRIAGE, overload_enabled=True, overload_ttft_factor=10.0)
     sched = laser(policy)
     sched.add(hot("first", 8, 0.2), 5.0)  # arrived at 0.0, admitted at 5.0
     assert "first-0" in {s.seq_id for s in step(sched, 5.0).scheduled}
@@ -226,7 +226,7 @@ def test_no_chunk_makes_an_on_time_first_token_late(ttft, cold_chunk):
 
 def test_only_one_hot_prompt_gets_the_minimum_chunk_past_the_tbt_cap():
     # A hot decode with a 12.5 ms TBT target leaves no room (0.8 x 12.5 = 10 ms = the base).
-    sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=128,
+    sched = laser(knobs(OFF, chunking_enabled=True), max_num_batched_tokens=128,
                   long_prefill_chunk=128)
     sched.add(hot("d", 4, 1.0, max_tokens=50, tbt_p99_s=0.0125), 0.0)
     step(sched, 0.0)
@@ -239,7 +239,7 @@ def test_only_one_hot_prompt_gets_the_minimum_chunk_past_the_tbt_cap():
 @pytest.mark.parametrize(("over", "chunk"), [(True, 127), (False, 63)])
 def test_hot_prefill_is_not_held_to_the_warm_floor(over, chunk):
     # The warm floor's gap (1 / (0.95 x 20) s, x 0.8 = 42 ms) fits 64 tokens at 0.5 ms.
-    policy = replace(OFF, warm_floor_enabled=True, hot_over_warm_floor=over)
+    policy = knobs(OFF, warm_floor_enabled=True, hot_over_warm_floor=over)
     sched = laser(policy, cost=LinearCost(0.01, 0.0005), max_num_batched_tokens=128,
                   long_prefill_chunk=128)
     sched.add(make_request("w", 4, max_tokens=50, tier=Tier.WARM, salt="w"), 0.0)
@@ -272,7 +272,7 @@ def test_safety_follows_the_worst_recent_estimate_error():
 
 
 def test_the_policy_widens_its_tbt_cap_when_steps_match_estimates():
-    sched = laser(replace(OFF, chunking_enabled=True), max_num_batched_tokens=128,
+    sched = laser(knobs(OFF, chunking_enabled=True), max_num_batched_tokens=128,
                   long_prefill_chunk=128)
     assert sched.tbt_safety() == 0.8
     sched.add(hot("d", 4, 1.0, max_tokens=50), 0.0)

@@ -25,7 +25,7 @@ def test_replays_a_jsonl_trace_through_every_policy(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| hot attainment |" in printed and "hot P99 TTFT reduction vs fcfs" in printed
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert list(saved["policies"]) == ["laser", "fcfs", "priority", "partitioned"]
+    assert list(saved["policies"]) == ["laser", "fcfs", "priority", "edf", "partitioned"]
     for summary in report["policies"].values():
         assert summary["too_long"] == {"hot": 1}
         assert summary["hot"]["requests"] == 6 and summary["cold"]["jobs"] == 1

@@ -1,0 +1,532 @@
+/* Matmuls on the GGUF's own quantized blocks (Q4_0, Q4_1, Q8_0), as llama.cpp runs them.
+ *
+ * Why: a decode step reads every weight once. In bfloat16 SmolLM2-135M's projections are
+ * 270 MB a step; as the GGUF stores them (Q4_1, 5 bits a weight with its scales) under 100 MB,
+ * and the single-stream decode is bound by those bytes.
+ *
+ * The math (per block of 32 inputs): a weight is d * u + m (Q4_1: u in 0..15), d * (u - 8)
+ * (Q4_0) or d * (u - 128) (Q8_0, stored here as u = q + 128 so that every format's values are
+ * unsigned bytes); the activations are quantised per block of 32 to int8 (scale e = max|x| /
+ * 127, x ~ e * q) as llama.cpp's Q8 activations, so a block's dot product is
+ *     e * (d * (sum u q - off * sum q) + m * sum q)
+ * with the integer sum u q on VPDPBUSD (unsigned byte times signed byte, four at a time). Steps
+ * with prompt tokens (`split`, and every step in the `quant` mode) quantise the activations in
+ * two parts, x ~ e (256 q1 + q2) with q2 the int8 rounding of what q1 left (scale e = e1 / 256):
+ * about 15 bits kept, the same weights (as the bfloat16 matmul's split activations,
+ * laser_cpu.c); the two integer sums meet as 256 s1 + s2 before the one float step.
+ *
+ * Packed layout (laser_pack_q, from the GGUF's rows): groups of 16 outputs; per group and block
+ * the 16 scales d (float16), Q4_1's 16 minima m (float16), then the values: for Q4_x four
+ * 64-byte lines, line j holding for each output r the GGUF byte qs[4j .. 4j + 3] (low nibbles:
+ * inputs 4j .. 4j + 3, high nibbles: 16 + 4j ..); for Q8_0 eight lines, line j the bytes
+ * u[4j .. 4j + 3]. One line is exactly what one VPDPBUSD multiplies with four broadcast
+ * activations for 16 outputs; the weights stream in the order they are read.
+ *
+ * Paths: AVX-512 VNNI (16 outputs a register), AVX-VNNI or AVX2 (8 outputs; without VNNI,
+ * VPMADDUBSW + VPMADDWD, with Q8_0 through the sign trick since u * q could overflow 16 bits)
+ * and plain C. Each sums the integers exactly and the floats in the same order with the same
+ * fused multiply-adds, so all give the same bits (tests/kernels/test_cpu_quant.py checks it).
+ * Threads: the groups are split over laser_pool_run's workers.
+ */
+#include "laser_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 }; /* GGML's type ids */
+enum { QK = 32, QG = 16 };              /* inputs a block, outputs a group */
+
+/* ---- float16 (portable, round to nearest even) ------------------------------------------ */
+static inline float h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f)
+        u = sign | 0x7f800000u | (man << 13);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else { /* subnormal */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f2h(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+    if (a < 0x38800000u) {                                    /* subnormal or zero */
+        float v;
+        memcpy(&v, &a, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(v * 16777216.0f));
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - (112u << 23);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+int laser_q_block_bytes(int fmt) { /* packed bytes per group and block */
+    return fmt == Q4_1 ? 64 + 256 : fmt == Q4_0 ? 32 + 256 : fmt == Q8_0 ? 32 + 512 : 0;
+}
+
+static int gguf_block_bytes(int fmt) { return fmt == Q4_1 ? 20 : fmt == Q4_0 ? 18 : 34; }
+
+/* raw: N GGUF rows of K / 32 blocks; out: laser_q_block_bytes(fmt) * ceil(N / 16) * K / 32 */
+int laser_pack_q(const uint8_t *raw, int fmt, int64_t N, int64_t K, uint8_t *out) {
+    int bb = laser_q_block_bytes(fmt), rb = gguf_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
+    if (!bb || K % QK) return -1;
+    int64_t nb = K / QK, groups = (N + QG - 1) / QG;
+    memset(out, 0, (size_t)(groups * nb * bb));
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *dst = out + (g * nb + b) * bb;
+            for (int r = 0; r < QG && g * QG + r < N; r++) {
+                const uint8_t *src = raw + ((g * QG + r) * nb + b) * rb;
+                memcpy(dst + 2 * r, src, 2);                         /* d */
+                if (fmt == Q4_1) memcpy(dst + 32 + 2 * r, src + 2, 2); /* m */
+                const uint8_t *qs = src + (fmt == Q4_1 ? 4 : 2);
+                int lines = fmt == Q8_0 ? 8 : 4;
+                for (int j = 0; j < lines; j++)
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t v = qs[4 * j + i];
+                        dst[hdr + 64 * j + 4 * r + i] = fmt == Q8_0 ? (uint8_t)(v ^ 0x80u) : v;
+                    }
+            }
+        }
+    return 0;
+}
+
+/* float32 rows [N, K] -> GGUF Q8_0 rows (d = max|w| / 127 in float16, q = round(w / d)) */
+void laser_quantize_q8_0(const float *w, int64_t N, int64_t K, uint8_t *raw) {
+    int64_t nb = K / QK;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = w + n * K + b * QK;
+            uint8_t *dst = raw + (n * nb + b) * 34;
+            float amax = 0.0f;
+            for (int i = 0; i < QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            uint16_t h = f2h(d);
+            memcpy(dst, &h, 2);
+            for (int i = 0; i < QK; i++) dst[2 + i] = (uint8_t)(int8_t)nearbyintf(x[i] * id);
+        }
+}
+
+/* GGUF rows -> float32 [N, K] (for tests and the reference; the engine never needs it) */
+void laser_dequantize_q(const uint8_t *raw, int fmt, int64_t N, int64_t K, float *out) {
+    int64_t nb = K / QK;
+    int rb = gguf_block_bytes(fmt);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *src = raw + (n * nb + b) * rb;
+            float d = h2f((uint16_t)(src[0] | src[1] << 8)), *o = out + n * K + b * QK;
+            if (fmt == Q8_0) {
+                for (int i = 0; i < QK; i++) o[i] = d * (float)(int8_t)src[2 + i];
+                continue;
+            }
+            float m = fmt == Q4_1 ? h2f((uint16_t)(src[2] | src[3] << 8)) : 0.0f;
+            const uint8_t *qs = src + (fmt == Q4_1 ? 4 : 2);
+            for (int i = 0; i < 16; i++) {
+                int lo = qs[i] & 15, hi = qs[i] >> 4;
+                o[i] = fmt == Q4_1 ? d * lo + m : d * (lo - 8);
+                o[i + 16] = fmt == Q4_1 ? d * hi + m : d * (hi - 8);
+            }
+        }
+}
+
+/* ---- activations ------------------------------------------------------------------------- */
+typedef struct {
+    int8_t *q;     /* [R, K] */
+    float *e;      /* [R, K / 32] scales */
+    int32_t *sum;  /* [R, K / 32] sums of q */
+} qact;
+
+static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
+    float amax = 0.0f;
+    for (int i = 0; i < QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < QK; i++) {
+        q[i] = (int8_t)nearbyintf(x[i] * id);
+        s += q[i];
+    }
+    *e = d;
+    *sum = s;
+}
+
+/* rows m of x -> rows m * parts + p of a (p = 1: what part 0 left) */
+static void quantize_acts(const void *x, int x_dtype, int64_t M, int64_t K, int parts, qact *a) {
+    int64_t nb = K / QK;
+    float row[QK];
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            if (x_dtype == F32)
+                memcpy(row, (const float *)x + m * K + b * QK, sizeof row);
+            else
+                for (int i = 0; i < QK; i++)
+                    row[i] = bf16_to_f32(((const uint16_t *)x)[m * K + b * QK + i]);
+            int64_t r = m * parts;
+            quantize_block(row, a->q + r * K + b * QK, a->e + r * nb + b, a->sum + r * nb + b);
+            if (parts == 2) { /* what q1 left, in steps of e1 / 256 (|rest| <= e1 / 2) */
+                const int8_t *q = a->q + r * K + b * QK;
+                int8_t *q2 = a->q + (r + 1) * K + b * QK;
+                float e = a->e[r * nb + b], e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
+                int32_t s = 0;
+                for (int i = 0; i < QK; i++) {
+                    float v = nearbyintf((row[i] - e * (float)q[i]) * inv);
+                    q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+                    s += q2[i];
+                }
+                a->e[(r + 1) * nb + b] = e2;
+                a->sum[(r + 1) * nb + b] = s;
+            }
+        }
+}
+
+/* ---- the tiles --------------------------------------------------------------------------- */
+typedef struct {
+    qact a;
+    const uint8_t *w;
+    int fmt, parts, out_dtype, isa;
+    int64_t M, K, N, groups_per_task, groups;
+    char *out;
+} qjob;
+
+static void store_out(const qjob *j, int64_t m, int64_t n0, const float *v, int count) {
+    if (j->out_dtype == F32) {
+        memcpy((float *)j->out + m * j->N + n0, v, (size_t)count * 4);
+        return;
+    }
+    uint16_t *o = (uint16_t *)j->out + m * j->N + n0;
+    for (int i = 0; i < count; i++) o[i] = f32_to_bf16(v[i]);
+}
+
+static inline int offset_of(int fmt) { return fmt == Q4_0 ? 8 : fmt == Q8_0 ? 128 : 0; }
+
+/* the integer sum of a block's products with part p of an activation row */
+static inline int32_t block_isum(const uint8_t *blk, int fmt, int hdr, int r, const int8_t *xq,
+                                 int32_t xs) {
+    int32_t isum = -offset_of(fmt) * xs;
+    for (int k = 0; k < QK; k++) {
+        int u;
+        if (fmt == Q8_0) u = blk[hdr + 64 * (k / 4) + 4 * r + k % 4];
+        else {
+            int kk = k % 16;
+            uint8_t v = blk[hdr + 64 * (kk / 4) + 4 * r + kk % 4];
+            u = k < 16 ? v & 15 : v >> 4;
+        }
+        isum += u * xq[k];
+    }
+    return isum;
+}
+
+/* plain C: the reference every vector path equals. With two parts the sums meet as
+ * 256 s1 + s2 at the second part's scale (quantize_acts). */
+static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
+    int fmt = j->fmt, bb = laser_q_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
+    int64_t nb = j->K / QK;
+    const uint8_t *wg = j->w + g * nb * bb;
+    int count = j->N - g * QG < QG ? (int)(j->N - g * QG) : QG;
+    for (int m = 0; m < mr; m++) {
+        float acc[QG] = {0};
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = wg + b * bb;
+            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                         : j->a.sum[row * nb + b];
+            for (int r = 0; r < QG; r++) {
+                int32_t isum = 0;
+                for (int p = 0; p < j->parts; p++)
+                    isum = isum * 256 + block_isum(blk, fmt, hdr, r,
+                                                   j->a.q + (row + p) * j->K + b * QK,
+                                                   j->a.sum[(row + p) * nb + b]);
+                float d = h2f((uint16_t)(blk[2 * r] | blk[2 * r + 1] << 8));
+                acc[r] = fmaf((float)isum, d * e, acc[r]);
+                if (fmt == Q4_1) {
+                    float mn = h2f((uint16_t)(blk[32 + 2 * r] | blk[33 + 2 * r] << 8));
+                    acc[r] = fmaf(mn, e * (float)xsum, acc[r]);
+                }
+            }
+        }
+        store_out(j, m0 + m, g * QG, acc, count);
+    }
+}
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#define HAVE_AVX2 1
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define HAVE_AVX2_VNNI 1
+static inline __m256i dp256_vnni(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+#endif
+
+/* sum over 4-byte groups of u * s (u unsigned < 128 or, with sign_trick, any byte) */
+static inline __attribute__((always_inline)) __m256i dp256(__m256i acc, __m256i u, __m256i s,
+                                                           int vnni, int sign_trick) {
+#ifdef HAVE_AVX2_VNNI
+    if (vnni) return dp256_vnni(acc, u, s);
+#endif
+    if (sign_trick) { /* u - 128 as a signed byte w: |w| * sign(s, w) */
+        __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+        u = _mm256_sign_epi8(w, w);
+        s = _mm256_sign_epi8(s, w);
+    }
+    __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+/* 8 outputs (half h of the group) x mr rows; FMT and VNNI constant in each expansion */
+static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, int64_t g,
+                                                                 int64_t m0, int mr, int h,
+                                                                 const int FMT, const int VNNI) {
+    const int bb = laser_q_block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
+    const int sign_trick = FMT == Q8_0 && !VNNI, off = sign_trick ? 0 : offset_of(FMT);
+    int64_t nb = j->K / QK;
+    const uint8_t *wg = j->w + g * nb * bb;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4];
+    for (int m = 0; m < 4; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+        __m256 mv = FMT == Q4_1
+                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+                        : _mm256_setzero_ps();
+        __m256i w[8];
+        for (int l = 0; l < (FMT == Q8_0 ? 8 : 4); l++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + hdr + 64 * l + 32 * h));
+            if (FMT == Q8_0)
+                w[l] = raw;
+            else {
+                w[l] = _mm256_and_si256(raw, low4);
+                w[l + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            }
+        }
+        for (int m = 0; m < mr; m++) {
+            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
+            __m256i isum = _mm256_setzero_si256();
+            for (int p = 0; p < j->parts; p++) {
+                const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
+                int32_t xs = j->a.sum[(row + p) * nb + b];
+                __m256i a0 = _mm256_set1_epi32(-off * xs), a1 = _mm256_setzero_si256();
+                for (int l = 0; l < 8; l += 2) {
+                    a0 = dp256(a0, w[l], _mm256_set1_epi32(xb[l]), VNNI, sign_trick);
+                    a1 = dp256(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]), VNNI, sign_trick);
+                }
+                isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
+            }
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                         : j->a.sum[row * nb + b];
+            __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[m]);
+            if (FMT == Q4_1)
+                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(e * (float)xsum), acc[m]);
+        }
+    }
+    int64_t n0 = g * QG + 8 * h;
+    int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
+    float v[8];
+    for (int m = 0; m < mr && count > 0; m++) {
+        _mm256_storeu_ps(v, acc[m]);
+        store_out(j, m0 + m, n0, v, count);
+    }
+}
+
+#define AVX2_TILE(NAME, FMT, VNNI)                                                            \
+    static void NAME(const qjob *j, int64_t g, int64_t m0, int mr) {                        \
+        tile_avx2_half(j, g, m0, mr, 0, FMT, VNNI);                                          \
+        tile_avx2_half(j, g, m0, mr, 1, FMT, VNNI);                                          \
+    }
+AVX2_TILE(tile_avx2_q40, Q4_0, 0)
+AVX2_TILE(tile_avx2_q41, Q4_1, 0)
+AVX2_TILE(tile_avx2_q80, Q8_0, 0)
+#ifdef HAVE_AVX2_VNNI
+AVX2_TILE(tile_avxvnni_q40, Q4_0, 1)
+AVX2_TILE(tile_avxvnni_q41, Q4_1, 1)
+AVX2_TILE(tile_avxvnni_q80, Q8_0, 1)
+#endif
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define HAVE_AVX512_VNNI 1
+/* 16 outputs x mr (<= 4) rows; mr, FMT and PARTS constant in each expansion (the accumulators
+ * then live in registers) */
+static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_t g, int64_t m0,
+                                                           const int mr, const int FMT,
+                                                           const int PARTS) {
+    const int bb = laser_q_block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
+    const int off = offset_of(FMT);
+    int64_t nb = j->K / QK;
+    const uint8_t *wg = j->w + g * nb * bb;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[4];
+    for (int m = 0; m < 4; m++) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        _mm_prefetch((const char *)(blk + 4 * bb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 4 * bb + 256), _MM_HINT_T0);
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        __m512 mv = FMT == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                                : _mm512_setzero_ps();
+        __m512i w[8];
+        for (int l = 0; l < (FMT == Q8_0 ? 8 : 4); l++) {
+            __m512i raw = _mm512_loadu_si512(blk + hdr + 64 * l);
+            if (FMT == Q8_0)
+                w[l] = raw;
+            else {
+                w[l] = _mm512_and_si512(raw, low4);
+                w[l + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+            }
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            int64_t row = (m0 + m) * PARTS, last = row + PARTS - 1;
+            __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int p = 0; p < PARTS; p++) {
+                const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
+                int32_t xs = j->a.sum[(row + p) * nb + b];
+                __m512i a0 = _mm512_set1_epi32(-off * xs), a1 = _mm512_setzero_si512();
+                for (int l = 0; l < 8; l += 2) {
+                    a0 = _mm512_dpbusd_epi32(a0, w[l], _mm512_set1_epi32(xb[l]));
+                    a1 = _mm512_dpbusd_epi32(a1, w[l + 1], _mm512_set1_epi32(xb[l + 1]));
+                }
+                a0 = _mm512_add_epi32(a0, a1);
+                isum = p ? _mm512_add_epi32(_mm512_slli_epi32(isum, 8), a0) : a0;
+            }
+            float e = j->a.e[last * nb + b];
+            int32_t xsum = PARTS == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+                                      : j->a.sum[row * nb + b];
+            __m512 scale = _mm512_mul_ps(dv, _mm512_set1_ps(e));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[m]);
+            if (FMT == Q4_1)
+                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(e * (float)xsum), acc[m]);
+        }
+    }
+    int64_t n0 = g * QG;
+    int count = j->N - n0 < QG ? (int)(j->N - n0) : QG;
+    for (int m = 0; m < mr; m++) {
+        if (j->out_dtype == F32)
+            _mm512_mask_storeu_ps((float *)j->out + (m0 + m) * j->N + n0,
+                                  (__mmask16)((1u << count) - 1), acc[m]);
+        else {
+            float v[QG];
+            _mm512_storeu_ps(v, acc[m]);
+            store_out(j, m0 + m, n0, v, count);
+        }
+    }
+}
+#define TILE_512(FMT, PARTS)                                                                  \
+    static void tile_512_##FMT##_##PARTS(const qjob *j, int64_t g, int64_t m0, int mr) {     \
+        switch (mr) {                                                                        \
+        case 1: tile_512(j, g, m0, 1, FMT, PARTS); break;                                    \
+        case 2: tile_512(j, g, m0, 2, FMT, PARTS); break;                                    \
+        case 3: tile_512(j, g, m0, 3, FMT, PARTS); break;                                    \
+        default: tile_512(j, g, m0, 4, FMT, PARTS); break;                                   \
+        }                                                                                    \
+    }
+TILE_512(Q4_0, 1)
+TILE_512(Q4_1, 1)
+TILE_512(Q8_0, 1)
+TILE_512(Q4_0, 2)
+TILE_512(Q4_1, 2)
+TILE_512(Q8_0, 2)
+#endif
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX_VNNI = 2, ISA_AVX512_VNNI = 3 };
+
+static int best_isa(void) {
+#if defined(HAVE_AVX512_VNNI)
+    return ISA_AVX512_VNNI;
+#elif defined(HAVE_AVX2_VNNI)
+    return ISA_AVX_VNNI;
+#elif defined(HAVE_AVX2)
+    return ISA_AVX2;
+#else
+    return ISA_SCALAR;
+#endif
+}
+
+static int isa_limit = 99;
+
+/* the best path built here, at most `limit` (tests force each path); returns the one in use */
+int laser_quant_isa(int limit) {
+    if (limit >= 0) isa_limit = limit;
+    int best = best_isa();
+#if defined(HAVE_AVX512_VNNI) && !defined(HAVE_AVX2_VNNI)
+    if (isa_limit == ISA_AVX_VNNI) return ISA_AVX2;
+#endif
+    return isa_limit < best ? isa_limit : best;
+}
+
+typedef void (*qtile_fn)(const qjob *, int64_t, int64_t, int);
+
+static qtile_fn pick_tile(int isa, int fmt, int parts) {
+    (void)parts;
+    int f = fmt == Q4_0 ? 0 : fmt == Q4_1 ? 1 : 2;
+    (void)f;
+#ifdef HAVE_AVX512_VNNI
+    static const qtile_fn t512[2][3] = {{tile_512_Q4_0_1, tile_512_Q4_1_1, tile_512_Q8_0_1},
+                                        {tile_512_Q4_0_2, tile_512_Q4_1_2, tile_512_Q8_0_2}};
+    if (isa >= ISA_AVX512_VNNI) return t512[parts - 1][f];
+#endif
+#ifdef HAVE_AVX2_VNNI
+    static const qtile_fn tvnni[3] = {tile_avxvnni_q40, tile_avxvnni_q41, tile_avxvnni_q80};
+    if (isa >= ISA_AVX_VNNI) return tvnni[f];
+#endif
+#ifdef HAVE_AVX2
+    static const qtile_fn tavx2[3] = {tile_avx2_q40, tile_avx2_q41, tile_avx2_q80};
+    if (isa >= ISA_AVX2) return tavx2[f];
+#endif
+    (void)isa;
+    return tile_scalar;
+}
+
+static void q_task(void *arg, int64_t task) {
+    const qjob *j = (const qjob *)arg;
+    qtile_fn tile = pick_tile(j->isa, j->fmt, j->parts);
+    int64_t g0 = task * j->groups_per_task, g1 = g0 + j->groups_per_task;
+    if (g1 > j->groups) g1 = j->groups;
+    int mr_max = 4;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t m0 = 0; m0 < j->M; m0 += mr_max)
+            tile(j, g, m0, j->M - m0 < mr_max ? (int)(j->M - m0) : mr_max);
+}
+
+/* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
+ * up to `threads` threads of the pool; split: two-part activations (module comment) */
+void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
+                  int64_t N, void *out, int out_dtype, int threads, int split) {
+    int parts = split ? 2 : 1;
+    int64_t R = M * parts, nb = K / QK;
+    qjob j = {.w = w, .fmt = fmt, .parts = parts, .out_dtype = out_dtype,
+              .isa = laser_quant_isa(-1), .M = M, .K = K, .N = N, .out = (char *)out};
+    char *buf = (char *)malloc((size_t)(R * K + R * nb * 8));
+    j.a.q = (int8_t *)buf;
+    j.a.e = (float *)(buf + R * K);
+    j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
+    quantize_acts(x, x_dtype, M, K, parts, &j.a);
+    j.groups = (N + QG - 1) / QG;
+    if (threads < 1) threads = 1;
+    int64_t tasks = threads > 1 ? threads * 8 : 1;
+    if (tasks > j.groups) tasks = j.groups;
+    j.groups_per_task = (j.groups + tasks - 1) / tasks;
+    tasks = (j.groups + j.groups_per_task - 1) / j.groups_per_task;
+    laser_pool_run(q_task, &j, tasks, threads);
+    free(buf);
+}

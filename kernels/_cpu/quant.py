@@ -1,0 +1,123 @@
+"""The quantized matmul of ``laser_quant.c``: the GGUF's Q4_0, Q4_1 and Q8_0 blocks as stored.
+
+A :class:`PackedQuant` holds one weight ``[N, K]`` repacked from its GGUF rows (the same bytes,
+interleaved 16 outputs at a time; ``laser_quant.c`` says how) and multiplies float32 (or
+bfloat16) activations quantised per block of 32 to int8, as llama.cpp does; ``split`` views
+quantise them in two parts instead (about 15 bits kept, for steps with prompt tokens). A
+float32 weight with no GGUF blocks (a Hugging Face model, a mixed-format fusion) is quantised
+to Q8_0 first (:func:`quantize_q8_0`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from . import _check, _gemm_threads, library
+
+Q4_0, Q4_1, Q8_0 = 2, 3, 8  # GGML's type ids
+FORMATS = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
+GGUF_BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}  # bytes per 32 weights in a GGUF row
+BLOCK = 32
+ISAS = ("scalar", "avx2", "avx-vnni", "avx512-vnni")  # laser_quant_isa's levels
+
+
+@functools.cache
+def supported() -> bool:
+    """Whether the quantized matmul has a vector path here (AVX2 or better): the scalar one is
+    a reference, too slow to serve."""
+    lib = library()
+    return lib is not None and lib.laser_quant_isa(-1) >= 1
+
+
+def isa(limit: int | None = None) -> str:
+    """The path in use (``ISAS``); ``limit`` caps it from now on (tests force each path;
+    ``len(ISAS)`` lifts the cap)."""
+    return ISAS[library().laser_quant_isa(-1 if limit is None else limit)]
+
+
+class PackedQuant:
+    """One quantized weight in ``laser_pack_q``'s layout, standing where ``kernels.linear``
+    takes a packed weight. Activations around it stay float32 (``dtype``)."""
+
+    __slots__ = ("data", "fmt", "out_features", "in_features", "split")
+    dtype = torch.float32
+
+    def __init__(self, data: torch.Tensor, fmt: int, out_features: int, in_features: int,
+                 split: bool = False) -> None:
+        self.data, self.fmt, self.split = data, fmt, split
+        self.out_features, self.in_features = out_features, in_features
+
+    def split_view(self) -> PackedQuant:
+        return PackedQuant(self.data, self.fmt, self.out_features, self.in_features, split=True)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+
+def _raw(raw: torch.Tensor | np.ndarray, fmt: int, n: int, k: int) -> torch.Tensor:
+    if fmt not in FORMATS:
+        raise ValueError(f"unsupported quantized format {fmt}")
+    if k % BLOCK:
+        raise ValueError(f"in_features {k} is not a multiple of {BLOCK}")
+    t = torch.as_tensor(np.ascontiguousarray(raw)).view(torch.uint8).reshape(-1)
+    if t.numel() != n * k // BLOCK * GGUF_BLOCK_BYTES[fmt]:
+        raise ValueError(f"{t.numel()} bytes are not {n} x {k} {FORMATS[fmt]} weights")
+    return t
+
+
+def pack_q(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
+           in_features: int) -> PackedQuant:
+    """GGUF rows (``[N, K / 32 * block bytes]`` uint8, any shape of those bytes) -> packed."""
+    n, k = out_features, in_features
+    src = _raw(raw, fmt, n, k)
+    size = library().laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // BLOCK)
+    data = torch.empty(size, dtype=torch.uint8)
+    library().laser_pack_q(src.data_ptr(), fmt, n, k, data.data_ptr())
+    return PackedQuant(data, fmt, n, k)
+
+
+def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
+    """float32 ``[N, K]`` -> GGUF Q8_0 rows (uint8 ``[N, K / 32 * 34]``)."""
+    _check(weight, "weight", torch.float32)
+    n, k = weight.shape
+    if k % BLOCK:
+        raise ValueError(f"in_features {k} is not a multiple of {BLOCK}")
+    raw = torch.empty((n, k // BLOCK * GGUF_BLOCK_BYTES[Q8_0]), dtype=torch.uint8)
+    library().laser_quantize_q8_0(weight.data_ptr(), n, k, raw.data_ptr())
+    return raw
+
+
+def dequantize(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
+               in_features: int) -> torch.Tensor:
+    """GGUF rows -> float32 ``[N, K]`` (tests and references)."""
+    src = _raw(raw, fmt, out_features, in_features)
+    out = torch.empty((out_features, in_features), dtype=torch.float32)
+    library().laser_dequantize_q(src.data_ptr(), fmt, out_features, in_features, out.data_ptr())
+    return out
+
+
+def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.float32,
+           threads: int | None = None) -> torch.Tensor:
+    """``x`` ``[M, K]`` (float32 or bfloat16) times the packed weight transposed: ``[M, N]`` in
+    ``out_dtype`` (float32 or bfloat16). ``threads``: the pool's (default: ``set_threads``'s
+    setting, else one below ``THREADED_ROWS`` rows)."""
+    from . import DTYPES
+
+    if x.dtype not in DTYPES:
+        x = x.float()
+    x = x.contiguous()
+    num_rows, k = x.shape
+    if k != packed.in_features:
+        raise ValueError(f"gemm_q: x has {k} features, the weight {packed.in_features}")
+    _check(x, "x", torch.float32, torch.bfloat16)
+    out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
+    if num_rows:
+        threads = _gemm_threads(num_rows) if threads is None else threads
+        library().laser_gemm_q(x.data_ptr(), DTYPES[x.dtype], num_rows, k, packed.data.data_ptr(),
+                               packed.fmt, packed.out_features, out.data_ptr(), DTYPES[out_dtype],
+                               threads, int(packed.split))
+    return out

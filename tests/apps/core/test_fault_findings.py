@@ -1,0 +1,113 @@
+"""Faults that lose or leak nothing (issue 18): the SLO record writer across failed flushes, and
+the rate limiter's Redis counters. The strict xfails are findings in apps/slo and apps/gateway
+(not this change's files): each fails today and passes once fixed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from django.db import OperationalError
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def failing_writes(monkeypatch):
+    """``failing_writes(n)``: the next ``n`` batch writes fail as a lost connection would."""
+    from apps.slo import writer
+
+    real = writer.write_batch
+
+    def arm(n: int) -> list[int]:
+        calls = []
+
+        def write_batch(items):
+            calls.append(len(items))
+            if len(calls) <= n:
+                raise OperationalError("server closed the connection unexpectedly")
+            return real(items)
+
+        monkeypatch.setattr(writer, "write_batch", write_batch)
+        return calls
+
+    return arm
+
+
+def _reports(tenant, count: int):
+    from apps.slo.reporting import RequestReport, report_request
+
+    now = time.time()
+    for i in range(count):
+        report_request(RequestReport(
+            request_id=f"fault-{uuid.uuid4().hex}", tenant_id=tenant.pk, tier_asked="hot",
+            outcome="ok", arrival=now, finished_at=now + 1, prompt_tokens=1,
+            completion_tokens=1))
+
+
+def _stored(tenant) -> int:
+    from apps.slo.models import RequestRecord
+
+    return RequestRecord.objects.filter(tenant_id=tenant.pk).count()
+
+
+def test_the_writer_keeps_its_buffer_across_a_failed_flush(tenant_factory, settings,
+                                                           failing_writes):
+    from apps.slo.reporting import flush_reports, pending_reports
+
+    settings.LASER_SLO_AUTOFLUSH = False
+    tenant = tenant_factory()
+    failing_writes(1)
+    _reports(tenant, 5)
+    with pytest.raises(OperationalError):
+        flush_reports()
+    assert pending_reports() == 5 and _stored(tenant) == 0
+    assert flush_reports() == 5 and _stored(tenant) == 5 and pending_reports() == 0
+
+
+@pytest.mark.xfail(strict=True, reason="apps.slo.reporting drops a report after "
+                   "_MAX_ATTEMPTS (3) failed flushes, so a PostgreSQL restart longer than ~3 "
+                   "flush intervals (3 s) loses reports; fix: keep retrying with backoff, bound "
+                   "the buffer by size (count what a full buffer drops) and isolate poison "
+                   "records by bisecting the batch instead of counting attempts")
+def test_the_writer_loses_nothing_across_a_long_database_outage(tenant_factory, settings,
+                                                                failing_writes):
+    from apps.slo.reporting import flush_reports
+
+    settings.LASER_SLO_AUTOFLUSH = False
+    tenant = tenant_factory()
+    failing_writes(5)
+    _reports(tenant, 5)
+    for _ in range(6):  # five failed flushes (the database is down), then one that works
+        try:
+            flush_reports()
+        except OperationalError:
+            pass
+    assert _stored(tenant) == 5
+
+
+@pytest.mark.redis
+@pytest.mark.xfail(strict=True, reason="apps.gateway.ratelimit.RedisLimiter.settle: INCRBY on "
+                   "the minute token key without EXPIRE recreates it with no TTL when the "
+                   "request outlived the key's 120 s; fix: EXPIRE the minute key in settle too "
+                   "(or settle in a Lua script that sets the TTL)")
+def test_settle_leaves_no_counter_without_a_ttl(settings):
+    import os
+
+    import redis
+
+    from apps.gateway.ratelimit import Limits, RedisLimiter
+
+    url = os.environ["REDIS_URL"]
+    limiter = RedisLimiter(url)
+    tenant, now = f"ttl-{uuid.uuid4().hex[:8]}", time.time()
+    verdict = limiter.check(tenant, "hot", Limits(None, None, None), 100, now)
+    client = redis.Redis.from_url(url)
+    client.delete(verdict.ticket.minute_key)  # the request outlived the window's key
+    limiter.settle(verdict.ticket, 40, now + 130)
+    keys = client.keys(f"laser:rl:{tenant}:*")
+    try:
+        assert keys and all(client.ttl(key) > 0 for key in keys)
+    finally:
+        client.delete(*keys)

@@ -1,0 +1,205 @@
+"""The tenant web app in headless Chromium against ``manage.py serve`` (embedded, as `make run`:
+the bundled SmolLM2, the batch worker thread, SQLite): sign in, chat two turns over the
+session-cookie WebSocket, create a key and use it with the openai SDK, revoke it and see the SDK
+get 401, upload a 20-line batch and watch its progress bar reach 100 %, download the output, and
+a member without the admin role cannot create keys.
+
+With ``LASER_SCREENSHOTS=1`` it also writes every page at desktop and phone width into
+``docs/img/`` (CI leaves the tree alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.apps.batches.conftest import jsonl
+from tests.apps.batches.live import LiveStack, embedded_env, tiny_line
+from tests.apps.slo.test_dashboard_browser import CHROMIUM, FLAGS, _browser_or_skip
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+IMG = Path(__file__).resolve().parents[3] / "docs" / "img"
+PASSWORD = "correct-horse-battery"
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+USERS = f"""
+from django.contrib.auth import get_user_model
+from apps.tenants.models import Tenant
+from apps.tenants.services import member_add
+demo = Tenant.objects.get(slug="demo")
+for name, role in (("ada", "admin"), ("bob", "member")):
+    user = get_user_model().objects.create_user(name, password="{PASSWORD}")
+    member_add(tenant=demo, user=user, role=role)
+"""
+
+# A page wider than the window scrolls sideways: name what sticks out (outside scroll boxes).
+WIDER_THAN_SCREEN = """() => document.documentElement.scrollWidth <= window.innerWidth ? null
+    : [...document.querySelectorAll('body *')]
+      .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .slice(0, 8).map(e => `${e.tagName}.${e.className}`)"""
+
+
+def _shoot(page, name: str) -> None:
+    if os.environ.get("LASER_SCREENSHOTS") == "1":
+        IMG.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(IMG / f"web-{name}.png"), full_page=True)
+
+
+def _sign_in(browser, url: str, username: str, viewport: dict):
+    page = browser.new_page(viewport=viewport)
+    page.goto(f"{url}/")
+    assert page.url.endswith("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/chat/")
+    return page
+
+
+def _chat_turn(page, text: str, n: int) -> dict:
+    page.fill("#chat-input", text)
+    page.keyboard.press("Enter")  # the keyboard path: Enter sends
+    answer = page.locator("li.message.assistant").nth(n)
+    answer.locator(".metrics").wait_for(timeout=120_000)
+    return {"text": answer.locator(".text").inner_text(),
+            "metrics": answer.locator(".metrics").text_content(),
+            "demoted": answer.locator(".demoted").count()}
+
+
+def _chat(page) -> None:
+    page.wait_for_function("document.getElementById('chat-status').innerText"
+                           ".startsWith('connected')", timeout=30_000)
+    assert page.locator("#chat-tier option").all_inner_texts() == ["hot", "warm", "cold"]
+    page.fill("#chat-max-tokens", "24")
+    streamed = []  # the answer's text as the page showed it while streaming
+    page.expose_function("seen", lambda text: streamed.append(text))
+    page.evaluate("""() => new MutationObserver(() => {
+        const t = document.querySelector('li.message.assistant:last-child .text');
+        if (t) window.seen(t.textContent);
+    }).observe(document.getElementById('messages'), {subtree: true, childList: true,
+                                                     characterData: true})""")
+    first = _chat_turn(page, "What is the capital of France?", 0)
+    second = _chat_turn(page, "And of Italy?", 1)
+    for turn in (first, second):
+        assert turn["text"].strip()
+        # hot, unless the scheduler demoted it on this busy machine: then the page says so
+        served = turn["metrics"].split("TTFT")[0].strip()
+        assert served == "served hot" or (served == "served warm" and turn["demoted"]), turn
+        assert "TTFT" in turn["metrics"]
+        assert "tokens/s" in turn["metrics"] and "contract p99" in turn["metrics"]
+    partial = {s for s in streamed if s and s != first["text"] and first["text"].startswith(s)}
+    assert partial, "the first answer appeared all at once, not streamed"
+    assert page.locator("li.message").count() == 4
+    _shoot(page, "chat")
+
+
+def _keys(page, url: str) -> None:
+    page.click("nav >> text=API keys")
+    page.fill("#key-name", "browser-test")
+    page.select_option("#key-tier", "hot")
+    page.click("#key-form button[type=submit]")
+    secret = page.input_value("#new-secret")
+    assert secret.startswith("lsr_") and secret in page.inner_text("#snippet-python")
+    _shoot(page, "keys")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0, timeout=120)
+    reply = client.chat.completions.create(model="smollm2-135m-instruct", max_tokens=4,
+                                           messages=[{"role": "user", "content": "Hi"}])
+    assert reply.choices[0].message.content
+    page.goto(f"{url}/keys/")  # the list, without the secret
+    assert secret not in page.content()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("tr:has-text('browser-test') button:has-text('Revoke')")
+    page.wait_for_selector("tr:has-text('browser-test') td.status-revoked")
+    with pytest.raises(openai.AuthenticationError) as refused:
+        client.chat.completions.create(model="smollm2-135m-instruct", max_tokens=4,
+                                       messages=[{"role": "user", "content": "Hi"}])
+    assert refused.value.status_code == 401
+
+
+def _batches(page, tmp_path: Path) -> None:
+    page.click("nav >> text=Batches")
+    source = tmp_path / "requests.jsonl"
+    source.write_bytes(jsonl([tiny_line(i) for i in range(20)]))
+    page.set_input_files("#batch-file", str(source))
+    page.select_option("#batch-endpoint", "/v1/completions")
+    page.fill("#batch-window", "24h")
+    page.click("#batch-form button[type=submit]")
+    row = page.locator("tr[data-batch]").first
+    seen = set()
+    page.expose_function("progress", lambda value: seen.add(value))
+    page.evaluate("""() => setInterval(() => window.progress(Number(
+        document.querySelector('tr[data-batch] progress').value)), 100)""")
+    row.locator("a.output").wait_for(timeout=150_000)  # no reload: the poll swaps the rows
+    assert row.locator(".batch-status").inner_text() == "completed"
+    assert row.locator("progress").get_attribute("value") == "100"
+    assert "20 done, 0 failed of 20" in row.inner_text()
+    assert min(seen) < 100, seen  # the bar moved on the page, without a reload
+    _shoot(page, "batches")
+    with page.expect_download() as download:
+        row.locator("a.output").click()
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(
+        f"doc-{i}" for i in range(20))
+
+
+def _member_reads_keys_only(browser, url: str) -> None:
+    page = _sign_in(browser, url, "bob", DESKTOP)
+    page.goto(f"{url}/keys/")
+    assert page.locator("#read-only").is_visible()
+    assert page.locator("#key-form").count() == 0
+    assert page.locator("button:has-text('Revoke')").count() == 0
+    status = page.evaluate("""async () => {
+        const token = document.querySelector('input[name=csrfmiddlewaretoken]').value;
+        const body = new URLSearchParams({csrfmiddlewaretoken: token, name: 'x',
+                                          default_tier: 'hot'});
+        return (await fetch('/keys/create', {method: 'POST', body})).status;
+    }""")
+    assert status == 403
+    page.close()
+
+
+def _phone_and_dashboard(browser, url: str) -> None:
+    page = _sign_in(browser, url, "ada", PHONE)
+    for name, path in (("chat", "/chat/"), ("keys", "/keys/"), ("batches", "/batches/")):
+        page.goto(f"{url}{path}")
+        if path == "/chat/" and os.environ.get("LASER_SCREENSHOTS") == "1":
+            page.wait_for_function("document.getElementById('chat-status').innerText"
+                                   ".startsWith('connected')", timeout=30_000)
+            page.fill("#chat-max-tokens", "16")
+            _chat_turn(page, "Name a colour.", 0)  # a conversation for the picture
+        wide = page.evaluate(WIDER_THAN_SCREEN)
+        assert not wide, f"{path} is wider than a phone: {wide}"
+        _shoot(page, f"{name}-phone")
+    page.goto(f"{url}/dashboard/?tenant=demo")
+    page.wait_for_selector(".card")
+    _shoot(page, "dashboard-phone")
+    page.close()
+
+
+def test_web_app_in_chromium(tmp_path):
+    sync_playwright = _browser_or_skip()
+    stack = LiveStack(tmp_path, embedded_env(tmp_path / "var", LASER_BATCH_CHUNK_LINES="4"))
+    try:
+        stack.manage("migrate", "--noinput")
+        stack.manage("bootstrap_demo")
+        stack.manage("shell", "-c", USERS)
+        stack.server()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = _sign_in(browser, stack.url, "ada", DESKTOP)
+            _chat(page)
+            _keys(page, stack.url)
+            _batches(page, tmp_path)
+            page.click("nav >> text=Dashboard")
+            page.wait_for_selector(".card")
+            _shoot(page, "dashboard")
+            _member_reads_keys_only(browser, stack.url)
+            _phone_and_dashboard(browser, stack.url)
+            browser.close()
+    finally:
+        stack.close()

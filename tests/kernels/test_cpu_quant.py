@@ -1,0 +1,164 @@
+"""The quantized matmul (``laser_gemm_q`` in ``kernels/_cpu/laser_quant.c``): each GGUF format
+against float64 products of the dequantised weights, every vector path and thread count giving
+the same bits, the pool, and the model and runner in the quantized modes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as GT
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
+
+import kernels
+from kernels import _cpu
+from kernels._cpu import quant
+
+pytestmark = pytest.mark.skipif(_cpu.library() is None, reason="the C kernels do not build here")
+
+FORMATS = {quant.Q4_0: GT.Q4_0, quant.Q4_1: GT.Q4_1, quant.Q8_0: GT.Q8_0}
+ISA_LEVELS = range(len(quant.ISAS))
+THREADS = range(1, max(4, len(os.sched_getaffinity(0))) + 1)
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    quant.isa(len(quant.ISAS))  # lift any cap a test set
+    _cpu.set_threads(0)
+
+
+def _weight(fmt: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, torch.Tensor]:
+    """GGUF blocks of a random weight (gguf's own quantiser) and their dequantised values."""
+    w = torch.Generator().manual_seed(seed)
+    raw = gguf_quantize(torch.randn(n, k, generator=w).numpy(), FORMATS[fmt])
+    return raw, torch.from_numpy(gguf_dequantize(raw, FORMATS[fmt])).float()
+
+
+def _quantised_acts(x: torch.Tensor) -> torch.Tensor:
+    """The activations as the kernel sees them in one part: per 32-block, e = max|x| / 127
+    and q = round-half-even(x * (1 / e)), in float32 as the C code computes them."""
+    b = x.reshape(x.shape[0], -1, 32)
+    e = b.abs().amax(-1, keepdim=True) / 127
+    inv = torch.where(e > 0, 1 / e, torch.zeros_like(e))
+    return (torch.round(b * inv) * e).reshape(x.shape)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantised_blocks_equal_ggufs(fmt) -> None:
+    raw, ref = _weight(fmt, 37, 96)
+    assert torch.equal(quant.dequantize(raw, fmt, 37, 96), ref)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(1, 32), (17, 96), (53, 64), (100, 576)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 33, 64, 130])
+def test_gemm_equals_the_float64_product_of_its_operands(fmt, shape, rows) -> None:
+    """One part: exactly (up to float32 sums) the dequantised weights times the int8-rounded
+    activations, within 1 % of the exact product (relative to the sum of |x| |w|); two parts:
+    within 5e-5 of it (a part keeps about 1/254 of what the one before left). Widths across the
+    16-output groups, rows across the 4-row tiles."""
+    n, k = shape
+    raw, w = _weight(fmt, n, k, seed=rows)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(n))
+    packed = quant.pack_q(raw, fmt, n, k)
+    one, two = quant.gemm_q(x, packed), quant.gemm_q(x, packed.split_view())
+    assert one.shape == two.shape == (rows, n)
+    exact = x.double() @ w.double().T
+    rounded = _quantised_acts(x).double() @ w.double().T
+    scale = (x.double().abs() @ w.double().abs().T).max()  # sum of |x| |w|: no cancellation
+    assert (one.double() - rounded).abs().max() <= 1e-5 * scale
+    assert (one.double() - exact).abs().max() <= 1e-2 * scale
+    assert (two.double() - exact).abs().max() <= 5e-5 * scale
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("split", [False, True])
+def test_every_vector_path_and_thread_count_gives_the_same_bits(fmt, split) -> None:
+    """AVX-512 VNNI, AVX-VNNI, AVX2 and plain C sum the same integers and the same floats in
+    the same order; threads split whole output groups. Paths this CPU lacks are skipped by
+    ``laser_quant_isa`` (it never reports more than it built)."""
+    raw, _ = _weight(fmt, 70, 192)
+    packed = quant.pack_q(raw, fmt, 70, 192)
+    packed = packed.split_view() if split else packed
+    x = torch.randn(9, 192)
+    quant.isa(0)
+    assert quant.isa() == "scalar"
+    want = quant.gemm_q(x, packed, threads=1)
+    for level in ISA_LEVELS:
+        used = quant.isa(level)
+        assert quant.ISAS.index(used) <= level
+        for threads in THREADS:
+            assert torch.equal(quant.gemm_q(x, packed, threads=threads), want), (used, threads)
+
+
+def test_bfloat16_in_and_out() -> None:
+    raw, _ = _weight(quant.Q4_1, 40, 64)
+    packed = quant.pack_q(raw, quant.Q4_1, 40, 64)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    f32 = quant.gemm_q(x.float(), packed)
+    assert torch.equal(quant.gemm_q(x, packed), f32)
+    assert torch.equal(quant.gemm_q(x, packed, torch.bfloat16), f32.to(torch.bfloat16))
+
+
+def test_q8_0_quantisation_of_a_float_weight() -> None:
+    w = torch.randn(33, 64)
+    raw = quant.quantize_q8_0(w)
+    back = quant.dequantize(raw, quant.Q8_0, 33, 64)
+    step = w.reshape(33, 2, 32).abs().amax(-1, keepdim=True) / 127
+    # half a step, and the float16 rounding of the scale (127 steps of 2^-11 of it)
+    assert ((back - w).reshape(33, 2, 32).abs() <= step * 0.57).all()
+    packed = kernels.pack_quant_weight(w)
+    assert packed.fmt == quant.Q8_0
+
+
+def test_the_kernel_refuses_what_it_does_not_handle() -> None:
+    raw, _ = _weight(quant.Q4_0, 8, 64)
+    with pytest.raises(ValueError):
+        quant.pack_q(raw, quant.Q4_0, 8, 96)  # not that many bytes
+    with pytest.raises(ValueError):
+        quant.pack_q(raw, 12, 8, 64)  # Q4_K: not a format of this kernel
+    packed = quant.pack_q(raw, quant.Q4_0, 8, 64)
+    with pytest.raises(ValueError):
+        quant.gemm_q(torch.randn(2, 32), packed)
+
+
+def test_linear_runs_the_quantized_pack() -> None:
+    raw, w = _weight(quant.Q8_0, 24, 64)
+    packed = quant.pack_q(raw, quant.Q8_0, 24, 64)
+    x, bias = torch.randn(5, 64), torch.randn(24)
+    out = kernels.linear(x, w, packed, bias)
+    assert torch.equal(out, quant.gemm_q(x, packed) + bias)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_the_pooled_attention_equals_one_thread(threads) -> None:
+    """The paged attention split over (sequence, KV head) tasks: the same bits."""
+    from tests.kernels.paged import make_paged
+
+    seq_lens = [5, 40, 17, 1, 90]
+    k_cache, v_cache, tables = make_paged(seq_lens, 16, 3, 64)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    q = torch.randn(len(seq_lens), 9, 64)
+    one = _cpu.paged_attention(q, k_cache, v_cache, tables, lens, 0.25, torch.float32)
+    _cpu.set_threads(threads)
+    assert torch.equal(_cpu.paged_attention(q, k_cache, v_cache, tables, lens, 0.25,
+                                            torch.float32), one)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_starts_its_own_pool() -> None:
+    """A prefork server's worker inherits none of the parent's pool threads: the child starts
+    its own instead of waiting on workers that do not exist there."""
+    raw, _ = _weight(quant.Q4_1, 256, 64)
+    packed = quant.pack_q(raw, quant.Q4_1, 256, 64)
+    x = torch.randn(3, 64)
+    want = quant.gemm_q(x, packed, threads=2)  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's verdict is its exit status
+        os._exit(0 if torch.equal(quant.gemm_q(x, packed, threads=2), want) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0

@@ -1,0 +1,134 @@
+"""The model and the runner on the quantized matmul (``matmul_dtype`` ``quant`` / ``q8``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from inference.model import LlamaModel, ModelConfig
+from kernels import _cpu
+from kernels._cpu import quant
+from tests.kernels.paged import rel_err
+
+pytestmark = pytest.mark.skipif(not quant.supported(),
+                                reason="no vector path for the quantized matmul here")
+
+
+def _model(blocks: bool = False) -> LlamaModel:
+    """A tiny Llama whose rows are whole 32-blocks (the GGUF formats' unit); with ``blocks``
+    its projections and head are Q8_0 values (as the GGUF's dequantised weights are), kept as
+    ``quant_blocks`` as the loader keeps a GGUF's."""
+    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=16, max_position=128)
+    model = LlamaModel(config)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+            if blocks and p.dim() == 2:
+                raw = quant.quantize_q8_0(p.contiguous())
+                p.copy_(quant.dequantize(raw, quant.Q8_0, *p.shape))
+                model.quant_blocks[name.removesuffix(".weight") if name == "embed_tokens"
+                                   else name] = (quant.Q8_0, raw)
+    model.init_rotary("cpu")
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    _cpu.set_threads(0)
+
+
+def _run(model, monkeypatch):
+    from tests.kernels.test_model_triton_path import _run as run
+
+    return run(model, monkeypatch, "auto")
+
+
+def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None:
+    """On weights that are Q8_0 values, float32 multiplies exactly what the quantized matmul
+    stores: two-part activations (quant) stay within 1e-3 of it, one part in decode steps (q8)
+    adds its own rounding. (The head's screen is rescored in float32 over the whole tiny
+    vocabulary here: its tail has the one-part rounding in both modes.)"""
+    from inference.model import llama
+
+    monkeypatch.setattr(llama, "SCREEN_TOP", 96)
+    exact = _run(_model(blocks=True), monkeypatch)
+    errs = {}
+    for mode in kernels.QUANT_MODES:
+        model = _model(blocks=True)
+        assert model.pack_linears(mode) and model.quantized
+        assert {type(layer.down_packed) for layer in model.layers} == {quant.PackedQuant}
+        assert all(p.split for layer in model.layers for p in layer.exact_packs)
+        assert all(layer.down_packed.split == (mode == kernels.QUANT) for layer in model.layers)
+        errs[mode] = rel_err(_run(model, monkeypatch), exact)
+    assert 0 < errs[kernels.QUANT] <= 1e-3
+    assert 3 * errs[kernels.QUANT] <= errs[kernels.Q8] <= 0.03
+
+
+def test_weights_without_blocks_are_quantised_to_q8_0(monkeypatch) -> None:
+    model = _model()
+    assert model.pack_linears(kernels.QUANT)
+    assert model.layers[0].down_packed.fmt == quant.Q8_0
+    assert rel_err(_run(model, monkeypatch), _run(_model(), monkeypatch)) <= 0.05
+
+
+@pytest.mark.parametrize("mode", kernels.QUANT_MODES)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch, mode, threads) -> None:
+    """``_cpu.decoder_layer`` on quantized packs (each with its own activation parts) runs the
+    same C calls as the op-by-op path: the same bits, at any thread count."""
+    model = _model()
+    assert model.pack_linears(mode)
+    _cpu.set_threads(threads)
+    calls = []
+    real = _cpu.decoder_layer
+    monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fused = _run(model, monkeypatch)
+    assert len(calls) == 3 * len(model.layers)
+    for layer in model.layers:
+        layer.one_call = False
+    assert torch.equal(_run(model, monkeypatch), fused)
+    _cpu.set_threads(1)
+    for layer in model.layers:
+        layer.one_call = True
+    assert torch.equal(_run(model, monkeypatch), fused)
+
+
+def test_rows_that_are_not_whole_blocks_fall_back_to_bfloat16(monkeypatch) -> None:
+    from tests.kernels.test_model_triton_path import _tiny_model  # hidden 48
+
+    model = _tiny_model()
+    model.pack_linears(kernels.QUANT)
+    assert not model.quantized
+    assert not isinstance(model.layers[0].down_packed, quant.PackedQuant)
+
+
+@pytest.mark.parametrize("mode", kernels.QUANT_MODES)
+def test_the_runner_packs_the_quantized_mode_and_uses_every_thread(mode) -> None:
+    from inference.engine.runner import ModelRunner
+
+    saved = torch.get_num_threads()
+    try:
+        runner = ModelRunner(_model(), num_blocks=4, block_size=16, matmul_dtype=mode,
+                             threads=(1, 2))
+    finally:
+        torch.set_num_threads(saved)
+    assert runner.model.quantized and runner.pool_threads == 2
+    assert isinstance(runner.model.lm_head_screen, quant.PackedQuant)
+
+
+def test_auto_picks_the_quantized_mode_where_it_has_a_vector_path(monkeypatch) -> None:
+    from inference.engine.config import EngineConfig
+
+    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == kernels.QUANT
+    assert EngineConfig(matmul_dtype="q8").torch_matmul_dtype == kernels.Q8
+    assert EngineConfig().torch_matmul_dtype is None  # the library's default stays exact
+    monkeypatch.setattr(quant, "supported", lambda: False)
+    want = torch.bfloat16 if kernels.bf16_matmul_supported() else None
+    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == want
+    model = _model()
+    model.pack_linears(kernels.QUANT)  # asked for, but not here: what auto would pick
+    assert not model.quantized
