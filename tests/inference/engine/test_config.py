@@ -32,6 +32,9 @@ def test_matmul_dtype_is_a_cpu_setting():
 def test_auto_matmul_dtype_follows_the_cpu(monkeypatch):
     import kernels
 
+    monkeypatch.setattr(kernels, "quant_supported", lambda: True)
+    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == kernels.QUANT
+    monkeypatch.setattr(kernels, "quant_supported", lambda: False)
     for native, expected in ((True, torch.bfloat16), (False, None)):
         monkeypatch.setattr(kernels, "bf16_matmul_supported", lambda native=native: native)
         assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == expected
