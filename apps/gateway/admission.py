@@ -22,6 +22,7 @@ from apps.gateway.params import SERVICE_TIERS
 from laser_platform.errors import BadRequestError, EngineOverloadedError, RateLimitError
 
 if TYPE_CHECKING:
+    from apps.slo.selectors import ContractSnapshot
     from inference.engine.stats import EngineStats
 
 TIER_NAMES = ("hot", "warm", "cold")
@@ -132,12 +133,10 @@ class Admission:
             limiter.settle(self.ticket, actual_tokens, time.time())
 
 
-def contract_limits(contract: Any) -> ratelimit.Limits:
-    return ratelimit.Limits(
-        requests_per_min=getattr(contract, "requests_per_min", None),
-        tokens_per_min=getattr(contract, "tokens_per_min", None),
-        daily_token_budget=getattr(contract, "daily_token_budget", None),
-    )
+def contract_limits(contract: ContractSnapshot) -> ratelimit.Limits:
+    return ratelimit.Limits(requests_per_min=contract.requests_per_min,
+                            tokens_per_min=contract.tokens_per_min,
+                            daily_token_budget=contract.daily_token_budget)
 
 
 def _raise_for(verdict: ratelimit.Verdict, tier: str, ask: ratelimit.Ask) -> None:
@@ -154,7 +153,8 @@ def _raise_for(verdict: ratelimit.Verdict, tier: str, ask: ratelimit.Ask) -> Non
             f"after {max(1, round(verdict.retry_after_s))} s.", retry_after=verdict.retry_after_s)
 
 
-async def aadmit(*, tenant: Any, tier: str, contract: Any, ask: ratelimit.Ask) -> Admission:
+async def aadmit(*, tenant: Any, tier: str, contract: ContractSnapshot,
+                 ask: ratelimit.Ask) -> Admission:
     """Check and reserve the contract's limits for one request; raise 429 when over."""
     limiter = ratelimit.get_limiter()
     args = (str(tenant.pk), tier, contract_limits(contract), ask, time.time())

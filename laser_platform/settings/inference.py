@@ -9,7 +9,8 @@ Defaults are the platform's, chosen for ``make run`` on a CPU; ``EngineConfig``'
 are the same wherever the bare engine (CLI, benchmarks) has no reason to differ. On purpose they
 differ in: the model (the bundled one by name here, None there), the device (``auto`` here),
 ``LASER_MATMUL_DTYPE`` (``auto`` here, exact float32 there), ``LASER_MAX_MODEL_LEN`` (2,048 here,
-the model's context there) and the thread counts (one core left to the event loop here).
+the model's context there), the thread counts (one core left to the event loop here) and the
+KV memory (2 GiB here for 64 streams, 256 MB for a bare engine: it is allocated at start).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTY
 # transformers); docs/engine.md.
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
 # KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
-# 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens). Pages are touched only as they fill.
+# 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens), allocated and zeroed at start.
 LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)
 LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, count)
 # Sequences one step may run: one key can hold 64 streams with room for a second tenant.

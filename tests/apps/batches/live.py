@@ -52,8 +52,9 @@ def embedded_env(var_dir: Path, **extra: str) -> dict[str, str]:
 def _common() -> dict[str, str]:
     # One torch thread per engine: several engines (and other test processes) share 2 cores in
     # CI, and competing OpenMP threads made steps several times slower in a trial.
+    # 256 MB of KV (not the platform's 2 GiB, allocated at start): a few lines at a time here.
     return {"LASER_DEVICE": "cpu", "LASER_THREADS": "1", "LASER_WIDE_THREADS": "1",
-            "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+            "LASER_KV_MEMORY_MB": "256", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
 
 class LiveStack:

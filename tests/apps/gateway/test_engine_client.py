@@ -54,3 +54,44 @@ def test_set_engine_client_swaps_the_singleton():
         assert engine.get_engine_client() is fake
     finally:
         engine.set_engine_client(old)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_prompts_are_tokenised_off_the_loop_after_a_byte_check(tiny_engine, contracted,
+                                                                     monkeypatch):
+    """The template and tokeniser run on another thread; a prompt longer than the context can
+    ever hold is refused (400 on ``messages``) without being tokenised at all."""
+    import threading
+
+    from asgiref.sync import sync_to_async
+
+    from apps.gateway.serving import CHAT, Caller, serve
+    from laser_platform.errors import APIError
+
+    threads: list[int] = []
+    real = tiny_engine.engine.encode
+
+    def spy(request):
+        threads.append(threading.get_ident())
+        return real(request)
+
+    monkeypatch.setattr(tiny_engine.engine, "encode", spy)
+    _, key, _ = await sync_to_async(contracted)()
+    caller = Caller.for_key(key)
+
+    def body(content: str) -> dict:
+        return {"model": "smollm2-135m-instruct", "max_tokens": 2,
+                "messages": [{"role": "user", "content": content}]}
+
+    served = await serve(caller=caller, kind=CHAT, body=body("hello"), endpoint="/t")
+    await served.complete()
+    assert threads and threading.get_ident() not in threads
+    limit = (await tiny_engine.stats()).max_prompt_bytes
+    assert limit > 0
+    threads.clear()
+    with pytest.raises(APIError) as info:
+        await serve(caller=caller, kind=CHAT, body=body("x" * (limit + 1)), endpoint="/t")
+    assert (info.value.status, info.value.param, info.value.code) == (
+        400, "messages", "context_length_exceeded")
+    assert threads == []  # refused before any tokenising

@@ -16,7 +16,7 @@ from laser_platform.settings import inference as table
 
 # Defaults that differ on purpose (laser_platform/settings/inference.py says why).
 PLATFORM_ONLY = {"model", "device", "matmul_dtype", "max_model_len", "num_threads",
-                 "wide_threads"}
+                 "wide_threads", "kv_memory_mb"}
 
 
 def test_the_table_sets_every_field_and_builds_a_valid_config():
