@@ -71,9 +71,13 @@ class Scheduler(ABC):
         """The engine reports each measured step; policies that estimate step time learn."""
 
     def reserved_idle_blocks(self) -> int:
-        """Free KV blocks this policy keeps from a tier with work waiting for them (the last
-        step's; fragmentation accounting)."""
+        """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
         return 0
+
+    def kept_out(self) -> bool:
+        """Whether, in the last step, those blocks kept waiting work out that the shared
+        pool had room for (the simulator's "KV idle while work waits")."""
+        return False
 
     # ---- a step --------------------------------------------------------------------------
     @abstractmethod

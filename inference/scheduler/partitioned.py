@@ -49,13 +49,14 @@ class PartitionedScheduler(FCFSScheduler):
         return (seq.tier.rank, seq.arrival_time, seq.seq_id)
 
     def reserved_idle_blocks(self) -> int:
-        """Idle blocks of the pools while a tier's partition (its blocks or its seats) kept
-        work out that the shared pool had room for (the last step's)."""
-        if not self._kept_out:
-            return 0
         used = self._blocks_by_tier()
         return min(self.kv.num_free_blocks,
                    sum(max(0, self.block_caps[t] - used[t]) for t in Tier))
+
+    def kept_out(self) -> bool:
+        """A tier's partition (its blocks or its seats) kept out work the shared pool had
+        room for, in the last step."""
+        return self._kept_out
 
     def _blocks_by_tier(self) -> dict[Tier, int]:
         used = dict.fromkeys(Tier, 0)

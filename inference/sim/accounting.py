@@ -82,6 +82,7 @@ class Accounting:
         self.too_long: dict[Tier, int] = defaultdict(int)
         self.demotions = self.promotions = 0
         self.frag_slot_s = 0.0  # integral over time of unused allocated + reserved idle slots
+        self.frag_kept_slot_s = 0.0  # the part of it in steps where work was kept out
         self.elapsed_s = 0.0
 
     def admitted(self, seq: Sequence, job: str | None) -> None:
@@ -131,6 +132,8 @@ class Accounting:
                                    math.inf, 0.0, False, False, False, True, job,
                                    seq.deadline, seq.tenant_id, 0.0, seq.targets.ttft_p99_s))
 
-    def kv_sample(self, dt: float, unused_slots: int) -> None:
+    def kv_sample(self, dt: float, unused_slots: int, kept_out: bool = False) -> None:
         self.frag_slot_s += dt * unused_slots
+        if kept_out:  # the same slots, in steps where they kept waiting work out
+            self.frag_kept_slot_s += dt * unused_slots
         self.elapsed_s += dt

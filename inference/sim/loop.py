@@ -131,7 +131,7 @@ class _Run:
             acc.token(seq_id, self.now)
         for seq in finished:
             acc.finished(seq, self.now)
-        acc.kv_sample(dt, self._unused_slots())
+        acc.kv_sample(dt, self._unused_slots(), s.kept_out())
         if self.on_step is not None:
             self.on_step(s)
 

@@ -31,6 +31,7 @@ ROWS = [  # (label, path into a summary, format)
     ("demotions", ("demotions",), "{}"),
     ("promotions", ("promotions",), "{}"),
     ("KV fragmentation", ("kv_fragmentation",), "{:.2%}"),
+    ("KV fragmentation while work was kept out", ("kv_fragmentation_kept_out",), "{:.2%}"),
     ("goodput (load)", ("goodput",), "{:.3f}"),
     ("sim steps", ("steps",), "{}"),
     ("sim wall s", ("wall_s",), "{:.1f}"),

@@ -103,6 +103,7 @@ def summarize(run: RunResult) -> dict:
         by_tier[r.tier].append(r)
     total_slots = run.num_blocks * cfg.block_size
     frag = acc.frag_slot_s / (acc.elapsed_s * total_slots) if acc.elapsed_s else 0.0
+    kept = acc.frag_kept_slot_s / (acc.elapsed_s * total_slots) if acc.elapsed_s else 0.0
     out = {
         "policy": cfg.policy, "gpu": cfg.gpu, "model": cfg.model,
         "hot": hot_terms(by_tier[Tier.HOT]),
@@ -113,6 +114,7 @@ def summarize(run: RunResult) -> dict:
         "refusals": dict(acc.refusals),
         "preemptions": run.scheduler.num_preemptions, "demotions": acc.demotions,
         "promotions": acc.promotions, "kv_fragmentation": frag,
+        "kv_fragmentation_kept_out": kept,
         "steps": run.steps, "sim_s": run.sim_end_s, "wall_s": run.wall_s,
     }
     out["meets_targets"] = all(out[t]["attainment"] >= q for t, q in TARGETS.items())

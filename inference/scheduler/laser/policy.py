@@ -102,12 +102,13 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
 
     def reserved_idle_blocks(self) -> int:
-        """KV blocks held back for hot and not in use right now, while the reserve keeps a
-        waiting prompt out (the last step's); free blocks no waiting work was denied are
-        idle whatever the policy, not kept from anyone."""
-        if not (self.ablations.reserve_enabled and self.state.reserve_kept_out):
+        """KV blocks held back for hot and not in use right now."""
+        if not self.ablations.reserve_enabled:
             return 0
         return min(self.reserve.blocks(self.kv.num_blocks), self.kv.num_free_blocks)
+
+    def kept_out(self) -> bool:
+        return self.state.reserve_kept_out
 
     # ---- ranking --------------------------------------------------------------------------
     def rank(self, seq: Sequence) -> int:

@@ -52,11 +52,11 @@ def test_reserve_keeps_blocks_from_cold_admission():
     sched.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
     plan = step(sched, 4.0)
     assert "c-0" not in ids(plan)  # 11 blocks would eat into hot's 7 of the 14 free
-    assert sched.reserved_idle_blocks() == sched.reserve.blocks(16) > 0  # kept from cold
+    assert sched.kept_out() and sched.reserved_idle_blocks() > 0  # kept from cold
     sched.abort("h2")
     # with nothing running the reserve keeps nothing out (it would only idle the engine)
     assert "c-0" in ids(step(sched, 5.0))
-    assert sched.reserved_idle_blocks() == 0  # free blocks nobody was denied are not kept
+    assert not sched.kept_out()  # free blocks, but nobody was denied them
     no_reserve = laser(OFF, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
     no_reserve.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
     assert "c-0" in ids(step(no_reserve, 3.0))

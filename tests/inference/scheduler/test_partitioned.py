@@ -30,6 +30,7 @@ def test_a_tier_never_borrows_idle_blocks():
     cold_blocks = sum(len(s.block_ids) for s in sched.running)
     assert cold_blocks <= 8 and sched.kv.num_free_blocks >= 24
     assert sched.reserved_idle_blocks() == 32 - cold_blocks
+    assert sched.kept_out()  # c2 waits while the shared pool has room
 
 
 def test_request_larger_than_its_pool_is_refused():
