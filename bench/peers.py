@@ -320,7 +320,7 @@ def load_rows(base: dict, url: str, key: str, args: argparse.Namespace) -> list[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--loads", default="1,16,32,64", help="streams of each load")
     ap.add_argument("--tiers", default="16:warm,16:flex",
                     help="extra Laser rows, streams:service_tier,...")
