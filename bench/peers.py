@@ -320,7 +320,7 @@ def load_rows(base: dict, url: str, key: str, args: argparse.Namespace) -> list[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--loads", default="1,16,32,64", help="streams of each load")
     ap.add_argument("--tiers", default="16:warm,16:flex",
                     help="extra Laser rows, streams:service_tier,...")
@@ -345,6 +345,8 @@ def main() -> None:
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so that both servers are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = peer_binary(args.peer)
+    info = {**machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average_start": os.getloadavg()[0]}
     loads = [int(n) for n in args.loads.split(",") if n] + ([] if args.no_mixed else [0])
     rows: list[dict] = []
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -373,9 +375,10 @@ def main() -> None:
                         warm_up(peer_url, "peer")
                         rows += load_rows(base, peer_url, "peer", args)
     add_ratios(rows)
-    info = machine()
-    print(f"commit {info['commit']}, {info['cores']} cores ({info['cpu']}), "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    info["load_average_end"] = os.getloadavg()[0]
+    print(f"commit {info['commit']}, {info['cores']} cores ({info['cpu']}), {info['started']} to "
+          f"{time.strftime('%H:%M UTC', time.gmtime())}, load average "
+          f"{info['load_average_start']:.1f} -> {info['load_average_end']:.1f}")
     print("peer: " + next(r["command"] for r in rows if r["server"] == PEER).replace(
         str(bundled_gguf()), "<bundled GGUF>"))
     print(table(rows))
