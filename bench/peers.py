@@ -10,10 +10,11 @@ The peer: ``llama-server`` built once by ``shared/peers/llama-server.sh`` (found
 above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the bundled
 GGUF> -t <threads> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
 --api-key peer``, everything else at its defaults (continuous batching, ``--poll 50``); the
-command line is printed and written. ``--peer-threads`` defaults to Laser's decode threads under
-``make run`` (every core but one): llama.cpp with every core collapses when anything else runs
-(see LASER_DECODE_THREADS); ``--peer-threads $(nproc)`` is issue 22's setting for idle cores;
-``--peer-extra`` appends flags. Laser: what ``make run`` serves, under its defaults
+command line is printed and written. ``--peer-threads`` defaults to every core (issue 22's
+``-t $(nproc)``), as Laser's quantized matmul runs its pool over every core too; llama.cpp with
+every core collapses when anything else runs on the machine, so ``--peer-threads 1`` is the
+setting for a loaded machine (say so beside its figures); ``--peer-extra`` appends flags.
+Laser: what ``make run`` serves, under its defaults
 (``e2e_streams.laser_server``: a throwaway SQLite var dir, the embedded engine, ``migrate`` +
 ``bootstrap_demo``, the demo key). ``--laser-env K=V,...`` runs a second Laser with those
 settings beside it, its rows labelled with them.
@@ -63,10 +64,10 @@ MODEL = "smollm2-135m-instruct"
 PROMPT_BUDGET = 64  # tokens a slot keeps for the chat-templated prompt (ours are under 50)
 PEER, LASER = "llama.cpp", "laser"
 CHAT_STREAMS, BULK_STREAMS = 2, 14
-# make run's LASER_THREADS default. llama.cpp's threads meet at a barrier after every op, so one
-# of them losing its core stalls the others: with other work on a 2-core machine, -t 2 fell to
-# 1.6 tok/s on one stream where -t 1 gave 54-64 (docs/benchmarks.md)
-LASER_DECODE_THREADS = max(1, len(os.sched_getaffinity(0)) - 1)
+# The peer's default -t. llama.cpp's threads meet at a barrier after every op, so one of them
+# losing its core stalls the others: with other work on a 2-core machine, -t 2 fell to 1.6
+# tok/s on one stream where -t 1 gave 54-64 (docs/benchmarks.md)
+CORES = len(os.sched_getaffinity(0))
 
 
 def bundled_gguf() -> Path:
@@ -334,8 +335,8 @@ def main() -> None:
     ap.add_argument("--laser-env", default="",
                     help="K=V,...: a second Laser with these settings, rows labelled with them")
     ap.add_argument("--peer", default=None, help="llama-server binary (default: shared script)")
-    ap.add_argument("--peer-threads", type=int, default=LASER_DECODE_THREADS,
-                    help="the peer's -t (default: Laser's decode threads, every core but one)")
+    ap.add_argument("--peer-threads", type=int, default=CORES,
+                    help="the peer's -t (default: every core)")
     ap.add_argument("--peer-extra", default="", help="flags appended to the peer's command")
     ap.add_argument("--from-json", default=None, help="print the tables of an earlier run's JSON")
     args = ap.parse_args()
