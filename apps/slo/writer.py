@@ -115,15 +115,21 @@ def _upsert_batch(report: BatchReport) -> None:
 
 
 def write_batch(items: Iterable[RequestReport | BatchReport]) -> int:
-    """Persist ``items``; returns how many were written. Observes Prometheus metrics first."""
+    """Persist ``items`` all or nothing; returns how many were written.
+
+    One transaction, so a batch that fails part-way leaves nothing behind and the reporter may
+    retry it (or split it to isolate a bad report) without writing a record twice. Prometheus
+    metrics are observed after the commit, so a retried batch counts once.
+    """
     items = list(items)
     requests = [item for item in items if isinstance(item, RequestReport)]
-    written = _insert_records([_record(report) for report in requests])
+    with transaction.atomic():
+        written = _insert_records([_record(report) for report in requests])
+        for item in items:
+            if isinstance(item, BatchReport):
+                _upsert_batch(item)
+                written += 1
     from apps.slo import metrics
 
-    metrics.observe_reports(requests)  # after the insert, so a retried batch counts once
-    for item in items:
-        if isinstance(item, BatchReport):
-            _upsert_batch(item)
-            written += 1
+    metrics.observe_reports(requests)
     return written
