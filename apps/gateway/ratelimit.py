@@ -202,6 +202,7 @@ class RedisLimiter:
     def _settle_on(pipe: Any, ticket: Ticket, actual_tokens: int) -> None:
         change = actual_tokens - ticket.reserved_tokens
         pipe.incrby(ticket.minute_key, change)
+        pipe.expire(ticket.minute_key, 120)  # recreated if the request outlived the window
         pipe.incrby(ticket.day_key, change)
         pipe.expire(ticket.day_key, _DAY_TTL_S)
 
