@@ -38,8 +38,9 @@ class RequestReport:
 
     Times are ``time.time()`` floats (or aware datetimes); durations are seconds. ``outcome`` is
     one of ``ok``, ``interrupted``, ``rejected_429``, ``rejected_503``, ``rejected_400``,
-    ``error``, ``cancelled``, ``expired``. ``deadline`` (cold lines) and ``queue_s`` (arrival to
-    first schedule) are optional extras.
+    ``error``, ``cancelled``, ``expired``. A request runs as an API key (``api_key_id``) or as a
+    signed-in user (``user_id``: web chat, a batch started in the web app). ``deadline`` (cold
+    lines) and ``queue_s`` (arrival to first schedule) are optional extras.
     """
 
     request_id: str
@@ -49,6 +50,7 @@ class RequestReport:
     arrival: Timestamp
     finished_at: Timestamp
     api_key_id: int | None = None
+    user_id: int | None = None  # the signed-in user it ran as (then there is no key)
     contract_version_id: int | None = None
     tier_served: str | None = None
     demoted: bool = False
