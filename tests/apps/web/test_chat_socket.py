@@ -153,8 +153,10 @@ async def test_staff_who_chose_a_tenant_do_not_chat_as_its_users(world_sync):
     assert (connected, code) == (False, 4403)
 
 
-async def test_past_the_open_socket_cap_a_socket_is_refused(world_sync, settings):
-    settings.LASER_KEY_MAX_SOCKETS = 1
+async def test_past_the_open_socket_cap_a_socket_is_refused(world_sync, plan_for):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(plan_for)(world_sync.alpha, max_sockets_per_key=1)
     first = _socket(world_sync.member_cookie)
     await first.connect()
     assert (await first.receive_json_from())["type"] == "ready"
