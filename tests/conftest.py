@@ -92,6 +92,21 @@ def tenant_factory(db: None) -> Callable[..., Any]:
 
 
 @pytest.fixture
+def plan_for(db: None) -> Callable[..., Any]:
+    """``plan_for(tenant, max_inflight_per_key=1, ...)``: put ``tenant`` on a plan of its own
+    with these limits (the model's defaults for the rest); returns the plan."""
+    from apps.tenants.models import Plan, Tenant
+
+    def put(tenant: Any, **limits: Any) -> Any:
+        plan = Plan.objects.create(name=f"Plan {next(_counter)}", **limits)
+        Tenant.objects.filter(pk=tenant.pk).update(plan=plan)
+        tenant.plan = plan
+        return plan
+
+    return put
+
+
+@pytest.fixture
 def user_factory(db: None) -> Callable[..., Any]:
     """``user_factory(tenant=..., role="admin", is_staff=True)``. No usable password unless
     ``password=`` is given (hashing one costs ~0.3 s; tests log in with ``force_login``)."""

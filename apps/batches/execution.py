@@ -236,7 +236,7 @@ class ChunkRunner:
 def chunk_run(*, batch_id: int, first: int, last: int,
               client: EngineClient | None = None) -> ChunkResult:
     """Run the pending lines numbered ``first..last`` of a running batch (the chunk task)."""
-    batch = (Batch.objects.select_related("tenant", "api_key__tenant", "created_by")
+    batch = (Batch.objects.select_related("tenant__plan", "api_key__tenant", "created_by")
              .filter(pk=batch_id).first())
     if batch is None or batch.status not in RUNNING_STATUSES:
         return ChunkResult(stopped="gone" if batch is None else batch.status)

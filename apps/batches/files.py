@@ -47,8 +47,11 @@ def tenant_storage_used(*, tenant: Tenant) -> int:
 
 
 def storage_quota_check(*, tenant: Tenant, size: int) -> None:
-    """400 ``storage_quota_exceeded`` when ``size`` more bytes would pass the tenant's quota."""
-    quota = settings.LASER_FILE_STORAGE_MB * 1024 * 1024
+    """400 ``storage_quota_exceeded`` when ``size`` more bytes would pass the tenant's quota
+    (its plan's ``max_storage_bytes``)."""
+    from apps.tenants.plans import tenant_limits
+
+    quota = tenant_limits(tenant).max_storage_bytes
     used = tenant_storage_used(tenant=tenant)
     if used + size > quota:
         raise BadRequestError(
@@ -65,7 +68,7 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[byte
 
     Only ``purpose=batch`` is accepted (this server has no other API that reads files); over
     ``LASER_BATCH_MAX_FILE_BYTES`` is a 413 (on the declared size before a byte is stored, and
-    again while the chunks arrive); over the tenant's ``LASER_FILE_STORAGE_MB`` a 400
+    again while the chunks arrive); over the tenant plan's ``max_storage_bytes`` a 400
     ``storage_quota_exceeded`` (on the declared size, or once stored when none is declared).
     Two concurrent uploads may pass the quota together: it is checked, not reserved.
     """

@@ -21,7 +21,7 @@ def report_line(batch: Batch, line: BatchLine, *, outcome: str, error_code: str 
         report_request(RequestReport(
             request_id=line.request_id, tenant_id=batch.tenant_id, tier_asked="cold",
             outcome=outcome, arrival=arrival if arrival is not None else finished,
-            finished_at=finished, api_key_id=batch.api_key_id,
+            finished_at=finished, api_key_id=batch.api_key_id, user_id=batch.created_by_id,
             contract_version_id=batch.contract_version_id, tier_served=tier_served,
             demoted=demoted, endpoint=batch.endpoint, streamed=False,
             first_token_at=first_token_at, tbt_p50_s=tbt[0], tbt_p99_s=tbt[1], tbt_max_s=tbt[2],

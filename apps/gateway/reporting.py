@@ -56,6 +56,7 @@ class Trace:
     replica: str = REPLICA
     batch_id: str | None = None
     deadline: float | None = None
+    user_id: int | None = None  # a signed-in user's turn (web chat, a web-app batch)
     done: bool = False
 
     def discard(self) -> None:
@@ -77,7 +78,8 @@ class Trace:
             tier_served = str(result.tier_served) if result is not None else self.tier_asked
             report_request(RequestReport(
                 request_id=self.request_id, tenant_id=self.tenant_id,
-                api_key_id=self.api_key_id, contract_version_id=self.contract_version_id,
+                api_key_id=self.api_key_id, user_id=self.user_id,
+                contract_version_id=self.contract_version_id,
                 tier_asked=self.tier_asked, tier_served=tier_served,
                 demoted=bool(result and result.demoted), endpoint=self.endpoint,
                 streamed=self.streamed, arrival=self.arrival,

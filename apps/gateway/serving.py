@@ -210,6 +210,7 @@ def _trace(caller: Caller, endpoint: str, *, streamed: bool, batch_id: str | Non
            deadline: float | None) -> Trace:
     return Trace(request_id=f"req-{uuid.uuid4().hex}", tenant_id=caller.tenant.pk,
                  api_key_id=caller.api_key_id, tier_asked=caller.default_tier,
+                 user_id=getattr(caller.user, "pk", None),
                  endpoint=endpoint, streamed=streamed, batch_id=batch_id, deadline=deadline)
 
 

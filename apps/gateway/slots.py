@@ -1,9 +1,9 @@
 """Who may call, and how much at once: the caller, its key's validity, its concurrency caps.
 
 A ``Caller`` is an API key, or a logged-in user of the tenant (the browser app): the serving
-path records which. ``caps_for`` is the one place the caps are read (settings today; a plan's
-fields later), and ``Slots`` counts what each key, user and tenant holds in this process: past a
-cap a request gets 429 ``rate_limit_exceeded`` with ``Retry-After``, never a queue.
+path records which. ``caps_for`` is the one place the caps are read (the tenant's plan), and
+``Slots`` counts what each key, user and tenant holds in this process: past a cap a request
+gets 429 ``rate_limit_exceeded`` with ``Retry-After``, never a queue.
 """
 
 from __future__ import annotations
@@ -99,9 +99,37 @@ class Caps:
 
 
 def caps_for(tenant: Tenant) -> Caps:
-    """The caps of ``tenant``'s callers: the one place they are read."""
-    return Caps(settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_TENANT_MAX_INFLIGHT,
-                settings.LASER_KEY_MAX_SOCKETS)
+    """The caps of ``tenant``'s callers, from its plan: the one place they are read.
+
+    ``Slots`` calls it on the event loop, where the ORM must not run: the plan is the one the
+    tenant carries (``api_key_resolve``, ``membership_for_user`` and the batch runner load it),
+    read without a query. Off the loop a tenant without its plan loaded is looked up; on the loop
+    it gets the platform's pre-plan caps (``LASER_KEY_MAX_*``), with a warning.
+    """
+    import logging
+
+    from apps.tenants.models import Tenant as TenantModel
+    from apps.tenants.plans import tenant_limits
+
+    loaded = tenant.plan_id is not None and TenantModel.plan.is_cached(tenant)
+    if not loaded and _on_event_loop():
+        logging.getLogger(__name__).warning("tenant %s has no plan loaded: pre-plan caps",
+                                            tenant.pk)
+        return Caps(settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_TENANT_MAX_INFLIGHT,
+                    settings.LASER_KEY_MAX_SOCKETS)
+    limits = tenant_limits(tenant)
+    return Caps(limits.max_inflight_per_key, limits.max_inflight_per_tenant,
+                limits.max_sockets_per_key)
+
+
+def _on_event_loop() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _over(what: str, cap: int) -> RateLimitError:

@@ -7,6 +7,7 @@ version that was in force when it arrived. Logic lives in ``services.py`` / ``se
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from apps.tenants.models import ApiKey, Tenant, Tier
@@ -141,6 +142,11 @@ class RequestRecord(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     api_key = models.ForeignKey(
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # The signed-in user a request ran as (web chat, a batch started in the web app); no key.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+"
     )
     contract_version = models.ForeignKey(
         ContractVersion, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

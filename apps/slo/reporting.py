@@ -5,7 +5,7 @@ path, from async code (no ORM on the caller's thread) and from sync code. A daem
 the buffer in batches (``bulk_create``); the lifecycle stop hook and an ``atexit`` handler flush
 what is left, so a clean shutdown loses nothing. ``flush_reports()`` writes synchronously (tests,
 shutdown). Settings: ``LASER_SLO_AUTOFLUSH`` (start the thread), ``LASER_SLO_FLUSH_INTERVAL_S``,
-``LASER_SLO_FLUSH_BATCH``.
+``LASER_SLO_FLUSH_BATCH``, ``LASER_SLO_FLUSH_MAX_BACKOFF_S``, ``LASER_SLO_BUFFER_MAX``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from apps.slo.models import Outcome
 
@@ -27,8 +28,6 @@ logger = logging.getLogger(__name__)
 
 TIERS = ("hot", "warm", "cold")
 OUTCOMES = frozenset(Outcome.values)
-# A batch that failed to write (e.g. the database was briefly locked) is retried this often.
-_MAX_ATTEMPTS = 3
 
 Timestamp = float | dt.datetime | None
 
@@ -39,8 +38,9 @@ class RequestReport:
 
     Times are ``time.time()`` floats (or aware datetimes); durations are seconds. ``outcome`` is
     one of ``ok``, ``interrupted``, ``rejected_429``, ``rejected_503``, ``rejected_400``,
-    ``error``, ``cancelled``, ``expired``. ``deadline`` (cold lines) and ``queue_s`` (arrival to
-    first schedule) are optional extras.
+    ``error``, ``cancelled``, ``expired``. A request runs as an API key (``api_key_id``) or as a
+    signed-in user (``user_id``: web chat, a batch started in the web app). ``deadline`` (cold
+    lines) and ``queue_s`` (arrival to first schedule) are optional extras.
     """
 
     request_id: str
@@ -50,6 +50,7 @@ class RequestReport:
     arrival: Timestamp
     finished_at: Timestamp
     api_key_id: int | None = None
+    user_id: int | None = None  # the signed-in user it ran as (then there is no key)
     contract_version_id: int | None = None
     tier_served: str | None = None
     demoted: bool = False
@@ -144,24 +145,54 @@ def tbt_stats(
 
 # --- the buffer -----------------------------------------------------------------------------
 
+# The database being unreachable (restart, failover, network): retry everything, with backoff.
+_UNAVAILABLE = (OperationalError, InterfaceError)
+
 
 class _Reporter:
+    """A size-bounded buffer of reports and the one thread that writes it.
+
+    Nothing is dropped for being retried: while the database is unreachable every report stays
+    buffered and the thread retries with exponential backoff (``LASER_SLO_FLUSH_INTERVAL_S``
+    doubled per failed flush, at most ``LASER_SLO_FLUSH_MAX_BACKOFF_S``). The buffer holds at most
+    ``LASER_SLO_BUFFER_MAX`` reports; past it the *oldest* report is dropped and counted
+    (``dropped()``, logged when dropping starts and once it is written again). A batch that fails
+    for any other reason is split in halves until the report that breaks it is alone; that one
+    report is dropped and logged, the rest written.
+    """
+
     def __init__(self) -> None:
-        self._buffer: deque[tuple[RequestReport | BatchReport, int]] = deque()
-        self._lock = threading.Lock()  # guards the buffer and the thread handle
+        self._buffer: deque[RequestReport | BatchReport] = deque()
+        self._lock = threading.Lock()  # guards the buffer, the counters and the thread handle
         self._write_lock = threading.Lock()  # one writer at a time: flush() waits for the thread
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = 0  # consecutive flushes that found the database unreachable
+        self._dropped = 0  # reports dropped by a full buffer since the last logged count
+        self.dropped_total = 0
 
     def enqueue(self, item: RequestReport | BatchReport) -> None:
         with self._lock:
-            self._buffer.append((item, 0))
+            self._buffer.append(item)
+            self._trim_locked()
             size = len(self._buffer)
             if self._thread is None and getattr(settings, "LASER_SLO_AUTOFLUSH", True):
                 self._start_locked()
         if size >= _setting("LASER_SLO_FLUSH_BATCH", 200):
             self._wake.set()
+
+    def _trim_locked(self) -> None:
+        excess = len(self._buffer) - _setting("LASER_SLO_BUFFER_MAX", 100_000)
+        if excess <= 0:
+            return
+        if self._dropped == 0:
+            logger.error("SLO report buffer full (%d): dropping the oldest reports",
+                         len(self._buffer) - excess)
+        for _ in range(excess):
+            self._buffer.popleft()
+        self._dropped += excess
+        self.dropped_total += excess
 
     def pending(self) -> int:
         return len(self._buffer)
@@ -186,12 +217,22 @@ class _Reporter:
             thread.join(timeout=30)
         self.flush()
 
+    def backoff_s(self) -> float:
+        """How long the thread waits before its next flush."""
+        interval = _setting("LASER_SLO_FLUSH_INTERVAL_S", 1.0)
+        if not self._failures:
+            return interval
+        return min(interval * 2 ** min(self._failures, 30),
+                   _setting("LASER_SLO_FLUSH_MAX_BACKOFF_S", 30.0))
+
     def _run(self) -> None:
         from django.db import close_old_connections, connection
 
-        interval = _setting("LASER_SLO_FLUSH_INTERVAL_S", 1.0)
         while not self._stop.is_set():
-            self._wake.wait(interval)
+            if self._failures:  # backing off: a full batch does not wake the thread early
+                self._stop.wait(self.backoff_s())
+            else:
+                self._wake.wait(self.backoff_s())
             self._wake.clear()
             close_old_connections()
             try:
@@ -202,26 +243,64 @@ class _Reporter:
 
     def flush(self, *, raise_errors: bool = True) -> int:
         """Write every buffered report; returns how many were written."""
-        from apps.slo import writer
-
         written = 0
         with self._write_lock:
             while True:
                 with self._lock:
                     batch = [self._buffer.popleft() for _ in range(min(len(self._buffer), 500))]
                 if not batch:
+                    self._note_recovered()
                     return written
                 try:
-                    written += writer.write_batch([item for item, _ in batch])
-                except Exception:
-                    retry = [(item, n + 1) for item, n in batch if n + 1 < _MAX_ATTEMPTS]
-                    logger.warning("SLO reports not written (%d will be retried)", len(retry),
-                                   exc_info=True)
+                    written += _write_isolating(batch)
+                except _Unwritten as unwritten:
                     with self._lock:
-                        self._buffer.extendleft(reversed(retry))
+                        self._failures += 1
+                        self._buffer.extendleft(reversed(unwritten.items))
+                        self._trim_locked()
+                    logger.warning("SLO reports not written, database unavailable (%d "
+                                   "buffered, retry in %.1f s)", self.pending(),
+                                   self.backoff_s(), exc_info=unwritten.__cause__)
                     if raise_errors:
-                        raise
+                        raise unwritten.__cause__ from None
                     return written
+
+    def _note_recovered(self) -> None:
+        with self._lock:
+            self._failures, dropped, self._dropped = 0, self._dropped, 0
+        if dropped:
+            logger.error("SLO report buffer full: %d reports were dropped", dropped)
+
+
+class _Unwritten(Exception):
+    def __init__(self, items: list) -> None:
+        super().__init__(f"{len(items)} reports not written")
+        self.items = items
+
+
+def _write_isolating(items: list) -> int:
+    """Write ``items``, isolating a report that cannot be written (``write_batch`` is atomic).
+
+    Raises ``_Unwritten`` (caused by the database error) with every report not yet written when
+    the database is unreachable.
+    """
+    from apps.slo import writer
+
+    chunks, written = deque([items]), 0
+    while chunks:
+        chunk = chunks.popleft()
+        try:
+            written += writer.write_batch(chunk)
+        except _UNAVAILABLE as exc:
+            raise _Unwritten([*chunk, *(item for rest in chunks for item in rest)]) from exc
+        except Exception:
+            if len(chunk) == 1:
+                logger.exception("dropped SLO report %s: it cannot be written",
+                                 getattr(chunk[0], "request_id", None) or chunk[0].batch_id)
+                continue
+            half = len(chunk) // 2
+            chunks.extendleft([chunk[half:], chunk[:half]])
+    return written
 
 
 def _setting(name: str, default):
@@ -248,6 +327,11 @@ def flush_reports() -> int:
 
 def pending_reports() -> int:
     return _reporter.pending()
+
+
+def dropped_reports() -> int:
+    """Reports dropped since the process started because the buffer was full."""
+    return _reporter.dropped_total
 
 
 def _flush_at_exit() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from apps.slo.models import BatchRecord, ContractVersion, RequestRecord
@@ -19,6 +20,7 @@ def _record(report: RequestReport) -> RequestRecord:
         request_id=report.request_id[:128],
         tenant_id=int(report.tenant_id),
         api_key_id=report.api_key_id,
+        user_id=report.user_id,
         contract_version_id=report.contract_version_id,
         tier_asked=report.tier_asked,
         tier_served=report.tier_served or report.tier_asked,
@@ -49,13 +51,14 @@ def _existing(model, ids: set) -> set:
 
 
 def _drop_dangling(records: list[RequestRecord]) -> list[RequestRecord]:
-    """Drop records of unknown tenants and unlink unknown keys/versions.
+    """Drop records of unknown tenants and unlink unknown keys/users/versions.
 
     Foreign keys are checked only at commit (deferred), too late to tell which row was bad, so
     the references are checked up front: a tenant deleted meanwhile must not sink the batch.
     """
     tenants = _existing(Tenant, {r.tenant_id for r in records})
     keys = _existing(ApiKey, {r.api_key_id for r in records})
+    users = _existing(get_user_model(), {r.user_id for r in records})
     versions = _existing(ContractVersion, {r.contract_version_id for r in records})
     kept = []
     for record in records:
@@ -64,6 +67,8 @@ def _drop_dangling(records: list[RequestRecord]) -> list[RequestRecord]:
             continue
         if record.api_key_id not in keys:
             record.api_key_id = None
+        if record.user_id not in users:
+            record.user_id = None
         if record.contract_version_id not in versions:
             record.contract_version_id = None
         kept.append(record)
@@ -115,15 +120,21 @@ def _upsert_batch(report: BatchReport) -> None:
 
 
 def write_batch(items: Iterable[RequestReport | BatchReport]) -> int:
-    """Persist ``items``; returns how many were written. Observes Prometheus metrics first."""
+    """Persist ``items`` all or nothing; returns how many were written.
+
+    One transaction, so a batch that fails part-way leaves nothing behind and the reporter may
+    retry it (or split it to isolate a bad report) without writing a record twice. Prometheus
+    metrics are observed after the commit, so a retried batch counts once.
+    """
     items = list(items)
     requests = [item for item in items if isinstance(item, RequestReport)]
-    written = _insert_records([_record(report) for report in requests])
+    with transaction.atomic():
+        written = _insert_records([_record(report) for report in requests])
+        for item in items:
+            if isinstance(item, BatchReport):
+                _upsert_batch(item)
+                written += 1
     from apps.slo import metrics
 
-    metrics.observe_reports(requests)  # after the insert, so a retried batch counts once
-    for item in items:
-        if isinstance(item, BatchReport):
-            _upsert_batch(item)
-            written += 1
+    metrics.observe_reports(requests)
     return written

@@ -10,6 +10,10 @@ LASER_COLD_MIN_DEADLINE_S: float = env("LASER_COLD_MIN_DEADLINE_S", 300.0, float
 LASER_SLO_AUTOFLUSH: bool = env("LASER_SLO_AUTOFLUSH", True, bool)
 LASER_SLO_FLUSH_INTERVAL_S: float = env("LASER_SLO_FLUSH_INTERVAL_S", 1.0, float)
 LASER_SLO_FLUSH_BATCH: int = env("LASER_SLO_FLUSH_BATCH", 200, int)
+# While the database is unreachable: retry with backoff up to this, buffering at most BUFFER_MAX
+# reports per process (past it the oldest are dropped and counted).
+LASER_SLO_FLUSH_MAX_BACKOFF_S: float = env("LASER_SLO_FLUSH_MAX_BACKOFF_S", 30.0, float)
+LASER_SLO_BUFFER_MAX: int = env("LASER_SLO_BUFFER_MAX", 100_000, int)
 # Raw request records older than this are pruned (aggregates are kept). At least 2 days, so a
 # day window is always materialised from complete data before its records go.
 LASER_SLO_RETENTION_DAYS: float = env("LASER_SLO_RETENTION_DAYS", 7.0, float)

@@ -93,8 +93,9 @@ def test_a_declared_size_over_the_limit_is_refused_before_parsing(api, settings,
     assert response.status_code == 413 and response.json()["error"]["param"] == "file"
 
 
-def test_the_tenant_storage_quota_counts_live_files(api, settings):
-    settings.LASER_FILE_STORAGE_MB = 1
+def test_the_plans_storage_quota_counts_live_files(api, cold, plan_for, settings):
+    settings.LASER_FILE_STORAGE_MB = 1024  # the setting no longer decides: the plan does
+    plan_for(cold.tenant, max_storage_bytes=1024 * 1024)
     first = _upload(api, _padded_lines(600_000))
     assert first.status_code == 200
     refused = _upload(api, _padded_lines(600_000))

@@ -1,6 +1,5 @@
 """Faults that lose or leak nothing (issue 18): the SLO record writer across failed flushes, and
-the rate limiter's Redis counters. The strict xfails are findings in apps/slo and apps/gateway
-(not this change's files): each fails today and passes once fixed."""
+the rate limiter's Redis counters."""
 
 from __future__ import annotations
 
@@ -66,11 +65,6 @@ def test_the_writer_keeps_its_buffer_across_a_failed_flush(tenant_factory, setti
     assert flush_reports() == 5 and _stored(tenant) == 5 and pending_reports() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="apps.slo.reporting drops a report after "
-                   "_MAX_ATTEMPTS (3) failed flushes, so a PostgreSQL restart longer than ~3 "
-                   "flush intervals (3 s) loses reports; fix: keep retrying with backoff, bound "
-                   "the buffer by size (count what a full buffer drops) and isolate poison "
-                   "records by bisecting the batch instead of counting attempts")
 def test_the_writer_loses_nothing_across_a_long_database_outage(tenant_factory, settings,
                                                                 failing_writes):
     from apps.slo.reporting import flush_reports

@@ -190,11 +190,15 @@ def _records(tenant: Any) -> list[Any]:
 @pytest.mark.parametrize("condition", CONDITIONS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_each_transport_keeps_the_contract(transport, condition, laser_server, tiny_engine,
-                                           contracted, settings):
+                                           contracted, plan_for, settings):
+    from apps.tenants.models import Plan
+
     settings.LASER_COLD_MIN_DEADLINE_S = 1
     settings.LASER_BATCH_CHUNK_SOFT_LIMIT_S = 1.0
     settings.LASER_BATCH_POLL_S = 0.2
     tenant, api_key, key = contracted(cold_deadline_s=3600, **TERMS.get(condition, {}))
+    if condition == "key_cap":  # before the socket opens: an open socket keeps its caller's plan
+        plan = plan_for(tenant, max_inflight_per_key=1)
     if transport == "batch":
         client: Any = BatchLines(tenant, api_key, tiny_engine)
     elif transport == "ws":
@@ -211,7 +215,6 @@ def test_each_transport_keeps_the_contract(transport, condition, laser_server, t
 
             api_key_revoke(api_key=api_key)
         elif condition == "key_cap":
-            settings.LASER_KEY_MAX_INFLIGHT = 1
             stack.enter_context(_slot_held(api_key))
         elif condition == "saturated":
             settings.LASER_GATEWAY_MAX_QUEUED = 0
@@ -224,7 +227,8 @@ def test_each_transport_keeps_the_contract(transport, condition, laser_server, t
             assert not [r for r in _records(tenant) if r.request_id == got.request_id]
             if BATCH[condition][1]:  # the cause goes away: the line runs to success
                 settings.LASER_GATEWAY_MAX_QUEUED = 512
-                settings.LASER_KEY_MAX_INFLIGHT = 128
+                if condition == "key_cap":
+                    Plan.objects.filter(pk=plan.pk).update(max_inflight_per_key=128)
                 stack.close()
                 got = client.run(client.batch.lines.get(line_no=client.line_no))
                 assert got.status == "succeeded"

@@ -105,3 +105,13 @@ def test_the_api_has_no_way_to_delete_or_edit_evidence(evidence, api_key_factory
     assert Client().patch("/api/slo/usage", {}, content_type="application/json",
                           **auth).status_code == 405
     assert RequestRecord.objects.count() == 1 and SLOContract.objects.count() == 3
+
+
+def test_a_record_shows_the_user_it_ran_as_read_only(evidence, user_factory):
+    record = evidence["rows"]["requestrecord"]
+    record.user = user_factory(username="chatting-member", tenant=record.tenant)
+    record.save()
+    client = evidence["admin"]
+    assert "chatting-member" in client.get(f"{ADMIN}/requestrecord/").content.decode()
+    page = client.get(f"{ADMIN}/requestrecord/{record.pk}/change/").content.decode()
+    assert "chatting-member" in page and 'name="user"' not in page  # shown, not a form field

@@ -96,3 +96,65 @@ def test_writer_thread_and_stop_lose_nothing(tenant_factory, make_report, settin
     writer.stop()  # clean shutdown: joins the thread, then writes what is left
     assert writer.pending() == 0
     assert RequestRecord.objects.count() == 200
+
+
+@pytest.fixture
+def quiet_writer(settings):
+    """A reporter of its own, written only when the test flushes it."""
+    settings.LASER_SLO_AUTOFLUSH = False
+    return reporting._Reporter()
+
+
+@pytest.mark.django_db
+def test_a_full_buffer_drops_the_oldest_and_counts_them(quiet_writer, tenant_factory,
+                                                         make_report, settings, caplog):
+    settings.LASER_SLO_BUFFER_MAX = 3
+    tenant = tenant_factory()
+    for i in range(5):
+        quiet_writer.enqueue(make_report(tenant, request_id=f"full-{i}"))
+    assert quiet_writer.pending() == 3 and quiet_writer.dropped_total == 2
+    assert quiet_writer.flush() == 3
+    stored = set(RequestRecord.objects.values_list("request_id", flat=True))
+    assert stored == {"full-2", "full-3", "full-4"}
+    assert "2 reports were dropped" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_report_that_cannot_be_written_is_isolated_and_the_rest_written(
+        quiet_writer, tenant_factory, make_report, caplog):
+    tenant = tenant_factory()
+    for i in range(7):
+        report = make_report(tenant, request_id=f"batch-{i}")
+        if i == 3:
+            report.tenant_id = "not-a-tenant-id"  # the writer cannot even build its row
+        quiet_writer.enqueue(report)
+    assert quiet_writer.flush() == 6 and quiet_writer.pending() == 0
+    assert RequestRecord.objects.filter(request_id__startswith="batch-").count() == 6
+    assert "dropped SLO report batch-3" in caplog.text
+
+
+@pytest.mark.django_db
+def test_an_outage_backs_off_and_keeps_every_report(quiet_writer, tenant_factory, make_report,
+                                                    settings, monkeypatch):
+    from django.db import OperationalError
+
+    from apps.slo import writer
+
+    settings.LASER_SLO_FLUSH_INTERVAL_S, settings.LASER_SLO_FLUSH_MAX_BACKOFF_S = 1.0, 5.0
+    tenant = tenant_factory()
+    for _ in range(4):
+        quiet_writer.enqueue(make_report(tenant))
+    real = writer.write_batch
+
+    def down(items):
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(writer, "write_batch", down)
+    waits = []
+    for _ in range(4):
+        assert quiet_writer.flush(raise_errors=False) == 0
+        waits.append(quiet_writer.backoff_s())
+    assert waits == [2.0, 4.0, 5.0, 5.0] and quiet_writer.pending() == 4
+    monkeypatch.setattr(writer, "write_batch", real)
+    assert quiet_writer.flush() == 4 and quiet_writer.backoff_s() == 1.0
+    assert RequestRecord.objects.count() == 4

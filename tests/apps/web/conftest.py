@@ -57,7 +57,7 @@ def world(tenant_factory, user_factory, settings) -> SimpleNamespace:
 
 @pytest.fixture
 def world_sync(tenant_factory, user_factory) -> SimpleNamespace:
-    """Session cookies for the socket tests: a member of ``alpha`` (hot, warm, cold), a member
+    """Session cookies for the socket tests: ``member`` of ``alpha`` (hot, warm, cold), a member
     of a warm-only tenant, and platform staff who have not picked a tenant."""
     from apps.slo.services import contract_create
 
@@ -68,8 +68,9 @@ def world_sync(tenant_factory, user_factory) -> SimpleNamespace:
     contract_create(tenant=warm_only, tier="warm")
     staff_in_alpha = logged_in(user_factory(is_staff=True))
     staff_in_alpha.post("/tenants/", {"tenant": "alpha"})
+    member = user_factory(tenant=alpha)
     return SimpleNamespace(
-        member_cookie=session_cookie(user_factory(tenant=alpha)),
+        alpha=alpha, member=member, member_cookie=session_cookie(member),
         staff_in_alpha_cookie=f"sessionid={staff_in_alpha.cookies['sessionid'].value}".encode(),
         warm_only_cookie=session_cookie(user_factory(tenant=warm_only)),
         staff_cookie=session_cookie(user_factory(is_staff=True)),

@@ -26,6 +26,15 @@ def test_a_batch_started_in_the_app_runs_as_its_user(world, queue, engine):  # n
     assert sorted(r["custom_id"] for r in rows) == ["r0", "r1", "r2"]
     assert {r["response"]["status_code"] for r in rows} == {200}
     assert len(engine.requests) == 3 and {str(r.tier) for r in engine.requests} == {"cold"}
+    from apps.batches.models import Batch
+    from apps.slo.models import RequestRecord
+    from apps.slo.services import flush_reports
+
+    flush_reports()
+    started = Batch.objects.get()
+    booked = RequestRecord.objects.filter(batch_id=started.uid)
+    assert started.created_by_id is not None and booked.count() == 3
+    assert set(booked.values_list("api_key_id", "user_id")) == {(None, started.created_by_id)}
 
 
 def test_a_member_removed_before_the_run_gets_every_line_refused(world, queue,  # noqa: F811

@@ -1,6 +1,6 @@
 """The browser chat socket through the project's ASGI app (origin check, session cookie) against a
 scripted engine: who may connect, contracted tiers only, turns with history, stop, new
-conversation, demotion, and a record booked to the tenant without a key."""
+conversation, demotion, and a record booked to the tenant and user without a key."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ async def test_a_member_chats_with_history_on_its_tenants_tiers(world_sync, fake
     await ws.disconnect()
 
 
-async def test_turns_are_booked_to_the_tenant_without_a_key(world_sync, fake):
+async def test_turns_are_booked_to_the_tenant_and_user_without_a_key(world_sync, fake):
     from asgiref.sync import sync_to_async
 
     from apps.slo.models import RequestRecord
@@ -87,9 +87,9 @@ async def test_turns_are_booked_to_the_tenant_without_a_key(world_sync, fake):
     await ws.disconnect()
     await sync_to_async(flush_reports)()
     records = await sync_to_async(list)(RequestRecord.objects.values(
-        "tenant__slug", "api_key_id", "tier_asked", "outcome"))
-    assert records == [{"tenant__slug": "alpha", "api_key_id": None, "tier_asked": "hot",
-                        "outcome": "ok"}]
+        "tenant__slug", "api_key_id", "user_id", "tier_asked", "outcome"))
+    assert records == [{"tenant__slug": "alpha", "api_key_id": None,
+                        "user_id": world_sync.member.pk, "tier_asked": "hot", "outcome": "ok"}]
 
 
 async def test_an_uncontracted_tier_and_bad_input_are_clear_errors(world_sync, fake):
@@ -153,8 +153,10 @@ async def test_staff_who_chose_a_tenant_do_not_chat_as_its_users(world_sync):
     assert (connected, code) == (False, 4403)
 
 
-async def test_past_the_open_socket_cap_a_socket_is_refused(world_sync, settings):
-    settings.LASER_KEY_MAX_SOCKETS = 1
+async def test_past_the_open_socket_cap_a_socket_is_refused(world_sync, plan_for):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(plan_for)(world_sync.alpha, max_sockets_per_key=1)
     first = _socket(world_sync.member_cookie)
     await first.connect()
     assert (await first.receive_json_from())["type"] == "ready"
