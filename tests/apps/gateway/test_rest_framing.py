@@ -175,8 +175,12 @@ async def test_auth_method_and_rate_limit(fake, limited_key):
     auth = {"Authorization": f"Bearer {plaintext}"}
     r405 = await client.get("/v1/chat/completions", headers=auth)
     ok = await _post(client, "/v1/chat/completions", _chat(), plaintext)
+    excess = await _post(client, "/v1/chat/completions", _chat(), plaintext)  # rpm 1, burst 2
     r429 = await _post(client, "/v1/chat/completions", _chat(), plaintext)
     assert (r401.status_code, r405.status_code, ok.status_code) == (401, 405, 200)
+    assert excess.status_code == 200
+    # the engine request says which: the first in contract, the second excess
+    assert [r.in_contract for r in fake.requests] == [True, False]
     assert r401.json()["error"]["type"] == "authentication_error"
     assert r429.status_code == 429 and int(r429["Retry-After"]) >= 1
     assert r429.json()["error"]["code"] == "rate_limit_exceeded"
