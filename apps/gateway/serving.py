@@ -96,14 +96,43 @@ class Served:
     stream: DeltaStreamProtocol | None = None
     collector: Collector | None = None
     closed: bool = False
+    head: Delta | None = None  # the first delta, read ahead by ``first``
+    ended: bool = False  # the engine stream ended while read ahead
 
     @property
     def request_id(self) -> str:
         return self.trace.request_id
 
+    async def first(self) -> None:
+        """Read the engine's first delta ahead (``deltas`` yields it first), so a stream's
+        headers can say the tier it starts at, a demotion before the first token included; an
+        engine error now closes it and raises its ``APIError`` (the status can still say it)."""
+        assert self.stream is not None
+        try:
+            self.head = await self.stream.__anext__()
+        except StopAsyncIteration:
+            self.ended = True
+        except asyncio.CancelledError:
+            await self.close(CANCELLED, code="client_disconnected")
+            raise
+        except Exception as exc:
+            raise await self.close_for(exc) from exc
+
+    @property
+    def tier_now(self) -> str:
+        """The tier serving the request as far as read: the read-ahead delta's, else asked."""
+        assert self.parsed is not None
+        return str(self.head.tier if self.head is not None else self.parsed.tier)
+
     async def deltas(self) -> AsyncIterator[Delta]:
         """The engine's deltas, each folded into ``collector`` before it is yielded."""
         assert self.stream is not None and self.collector is not None
+        if self.head is not None:
+            head, self.head = self.head, None
+            self.collector.fold(head)
+            yield head
+        if self.ended:
+            return
         async for delta in self.stream:
             self.collector.fold(delta)
             yield delta

@@ -100,6 +100,30 @@ async def test_demotion_mid_stream_is_a_comment_and_a_tier_change(key):
     assert record.demoted and record.tier_served == "warm"
 
 
+@pytest.mark.parametrize("demote_at, header", [(0, "warm"), (1, "hot"), (None, "hot")])
+async def test_a_hot_streams_header_is_the_tier_of_its_first_delta(key, demote_at, header):
+    old = engine.set_engine_client(FakeEngine(demote_at=demote_at))
+    try:
+        response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
+        blocks = await _sse(response)
+    finally:
+        engine.set_engine_client(old)
+    assert response["X-Laser-Tier"] == header and blocks[-1] == "data: [DONE]"
+    assert any(b.startswith(": tier_changed") for b in blocks) == (demote_at is not None)
+
+
+async def test_a_hot_stream_failing_before_its_first_delta_is_a_status(key):
+    old = engine.set_engine_client(FakeEngine(fail_at=0))
+    try:
+        response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
+    finally:
+        engine.set_engine_client(old)
+    # the engine's error as a whole response gets it (an overload would be 503 + Retry-After)
+    assert (response.status_code, response.json()["error"]["code"]) == (500, "engine_error")
+    [record] = await _records()
+    assert record.outcome != "ok"
+
+
 async def test_error_after_stream_started_is_error_frame_then_done(key):
     old = engine.set_engine_client(FakeEngine(fail_at=2))
     try:
