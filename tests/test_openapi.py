@@ -108,7 +108,7 @@ def test_bodies_the_schema_allows_are_bodies_the_parser_accepts(schema, name, pa
               suppress_health_check=list(HealthCheck))
     @given(case=_strategy(schema, path))
     def check(case: Any) -> None:
-        body = _as_ints(case.body)  # 1.0 -> 1: see the xfail test below
+        body = _as_ints(case.body)  # 1.0 -> 1: test_an_integral_float_is_an_integer
         try:
             _parse(name, body)
         except APIError as exc:
@@ -125,10 +125,7 @@ def _as_ints(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-@pytest.mark.xfail(strict=True, reason="apps.gateway.params refuses 1.0 where it reads an "
-                   "integer (n, max_tokens, seed, top_logprobs, token ids), but JSON Schema "
-                   "and JSON itself call 1.0 an integer; fix: accept integral floats in "
-                   "params._optional(kind=int) and params._prompt (issue 16/18)")
+# JSON Schema and JSON itself call 1.0 an integer: the gateway accepts it where it reads one.
 @pytest.mark.parametrize(("name", "field", "value"), [
     ("ChatCompletionRequest", "n", 1.0),
     ("ChatCompletionRequest", "max_tokens", 16.0),

@@ -79,10 +79,7 @@ def test_the_completions_endpoints_keep_their_contract_under_fuzzing(tiny_engine
     assert not report.failures, "\n".join(report.failures)
 
 
-# Findings in apps/gateway (not this change's files): each fails today and passes once fixed.
-@pytest.mark.xfail(strict=True, reason="apps.gateway.params._message: a 'role' that is not a "
-                   "string (an object or array) raises TypeError (unhashable) -> 500; fix: "
-                   "check isinstance(role, str) before 'role not in _ROLES' (issue 16/18)")
+# A finding in apps/gateway, fixed: a 'role' that is an object or array was a 500 (unhashable).
 @pytest.mark.parametrize("role", [{"a": 1}, ["user"]])
 def test_a_role_that_is_not_a_string_is_a_400(tiny_engine, server, world, role):
     import httpx

@@ -3,7 +3,9 @@
 Order matters and is cheap-first (``apps.gateway.serving`` calls these in order): draining, the
 tier resolved against the tenant's contracts (400 when it holds none for it), the process's
 in-flight cap and the engine's saturation (503) before anything is tokenised; then, with the
-prompt's real token count, the contract's requests/min, tokens/min and daily budget (429).
+prompt's real token count, the contract's requests/min, tokens/min and daily budget: up to the
+contract's rates a request is in contract, above them excess (still admitted, marked so for the
+scheduler), above the burst ceiling (the plan's ``burst_factor`` × the rates) or the budget 429.
 """
 
 from __future__ import annotations
@@ -118,10 +120,12 @@ def overload_decision(stats: EngineStats, tier: str) -> EngineOverloadedError | 
 @dataclass(frozen=True, slots=True)
 class Admission:
     """An admitted request's reservation; ``asettle`` it with the real token count at the end.
-    ``output`` is the output tokens per choice granted (lower than asked when clipped)."""
+    ``output`` is the output tokens per choice granted (lower than asked when clipped);
+    ``in_contract`` False: admitted as excess, above the contract's rates, under its ceiling."""
 
     ticket: ratelimit.Ticket | None
     output: int
+    in_contract: bool = True
 
     async def asettle(self, actual_tokens: int) -> None:
         if self.ticket is None:
@@ -133,10 +137,23 @@ class Admission:
             limiter.settle(self.ticket, actual_tokens, time.time())
 
 
-def contract_limits(contract: ContractSnapshot) -> ratelimit.Limits:
+def contract_limits(contract: ContractSnapshot, burst_factor: float = 1.0) -> ratelimit.Limits:
     return ratelimit.Limits(requests_per_min=contract.requests_per_min,
                             tokens_per_min=contract.tokens_per_min,
-                            daily_token_budget=contract.daily_token_budget)
+                            daily_token_budget=contract.daily_token_budget,
+                            burst_factor=burst_factor)
+
+
+async def aburst_factor(tenant: Any) -> float:
+    """The tenant's plan's burst factor (no query when its plan is loaded, as the key's and
+    the user's tenant have it)."""
+    from apps.tenants.models import Tenant
+    from apps.tenants.plans import atenant_limits, tenant_limits
+
+    if isinstance(tenant, Tenant) and tenant.plan_id is not None and \
+            Tenant.plan.is_cached(tenant):
+        return tenant_limits(tenant).burst_factor
+    return (await atenant_limits(tenant)).burst_factor
 
 
 def _raise_for(verdict: ratelimit.Verdict, tier: str, ask: ratelimit.Ask) -> None:
@@ -149,18 +166,21 @@ def _raise_for(verdict: ratelimit.Verdict, tier: str, ask: ratelimit.Ask) -> Non
             "00:00 UTC; ask your tenant admin to raise it.")
     if verdict.status == ratelimit.LIMITED:
         raise RateLimitError(
-            f"Rate limit reached for {verdict.which} per minute on the '{tier}' tier; retry "
-            f"after {max(1, round(verdict.retry_after_s))} s.", retry_after=verdict.retry_after_s)
+            f"Rate limit reached for {verdict.which} per minute on the '{tier}' tier (the "
+            "contract's rate times its plan's burst factor); retry after "
+            f"{max(1, round(verdict.retry_after_s))} s.", retry_after=verdict.retry_after_s)
 
 
-async def aadmit(*, tenant: Any, tier: str, contract: ContractSnapshot,
-                 ask: ratelimit.Ask) -> Admission:
-    """Check and reserve the contract's limits for one request; raise 429 when over."""
+async def aadmit(*, tenant: Any, tier: str, contract: ContractSnapshot, ask: ratelimit.Ask,
+                 burst_factor: float = 1.0) -> Admission:
+    """Check and reserve the contract's limits for one request; raise 429 over the burst
+    ceiling (``burst_factor`` × the contract's rates) or the daily budget. Between the
+    contract's rates and the ceiling the request is admitted as excess (``in_contract`` False)."""
     limiter = ratelimit.get_limiter()
-    args = (str(tenant.pk), tier, contract_limits(contract), ask, time.time())
+    args = (str(tenant.pk), tier, contract_limits(contract, burst_factor), ask, time.time())
     if isinstance(limiter, ratelimit.RedisLimiter):
         verdict = await limiter.acheck(*args)
     else:
         verdict = limiter.check(*args)
     _raise_for(verdict, tier, ask)
-    return Admission(verdict.ticket, verdict.output)
+    return Admission(verdict.ticket, verdict.output, verdict.in_contract)

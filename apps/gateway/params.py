@@ -145,7 +145,7 @@ def _sampling(body: dict, max_tokens: int | None, max_key: str, logprobs: bool,
         else settings.LASER_DEFAULT_MAX_TOKENS
     for name in ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty"):
         if body.get(name) is not None:
-            values[name] = body[name]
+            values[name] = _integral(body[name]) if name in ("n", "seed") else body[name]
     try:
         return SamplingParams(**values)
     except InvalidParameter as exc:
@@ -168,10 +168,17 @@ def _require_object(body: Any) -> dict:
     return body
 
 
+def _integral(value: Any) -> Any:
+    """1.0 is an integer (JSON and JSON Schema say so): an integral float as an int."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _optional(body: dict, name: str, kind: type, default: Any) -> Any:
     value = body.get(name)
     if value is None:
         return default
+    if kind is int:
+        value = _integral(value)
     ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -234,7 +241,7 @@ def _message(i: int, message: Any) -> dict:
     if role in ("tool", "function"):
         raise bad(f"{where}.role", f"'{role}' messages are not supported (no tool calling).",
                   "unsupported_parameter")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise bad(f"{where}.role", f"'{where}.role' must be one of {sorted(_ROLES)}.")
     for key in ("tool_calls", "function_call", "audio"):
         if message.get(key) is not None:
@@ -270,6 +277,8 @@ def _prompt(value: Any) -> tuple[str | None, list[int] | None]:
         if not value:
             raise bad("prompt", "'prompt' must not be empty.")
         return value, None
+    if isinstance(value, list):
+        value = [_integral(t) for t in value]
     if isinstance(value, list) and value and all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
         return None, list(value)

@@ -2,7 +2,10 @@
 
 It reads the key and the body, hands them to ``serving.serve`` (which owns everything from
 the key's validity to the SLO record) and only formats the result: one JSON object, or the SSE
-stream of ``sse.events``. Django cancels the view (or the streaming iterator) when the client
+stream of ``sse.events``. A hot stream's headers wait for the engine's first delta, so
+``X-Laser-Tier`` says warm when the engine demoted it before its first token, and an engine
+refusal before it is still a status (warm and cold streams, which may queue long, send them at
+once). Django cancels the view (or the streaming iterator) when the client
 goes away, which closes the ``Served`` and aborts the engine request.
 """
 
@@ -46,6 +49,11 @@ async def handle(request: HttpRequest, kind: str) -> HttpResponseBase:
     except APIError as exc:
         return error_response(exc)
     if served.parsed is not None and served.parsed.stream:
+        if str(served.parsed.tier) == "hot":  # bounded: served, demoted or refused soon
+            try:
+                await served.first()
+            except APIError as exc:
+                return error_response(exc)
         return _streaming_response(served)
     return await _whole_response(served)
 
@@ -57,7 +65,7 @@ def _headers(served: serving.Served, tier: str) -> dict[str, str]:
 def _streaming_response(served: serving.Served) -> StreamingHttpResponse:
     assert served.parsed is not None
     response = StreamingHttpResponse(sse.events(served), content_type="text/event-stream")
-    for name, value in _headers(served, str(served.parsed.tier)).items():
+    for name, value in _headers(served, served.tier_now).items():
         response[name] = value
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies must not buffer token-by-token output

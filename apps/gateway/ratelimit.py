@@ -14,6 +14,7 @@ refused with ``QUOTA``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -22,13 +23,15 @@ from typing import Any
 
 from django.conf import settings
 
-# ARGV: budget, rpm, tpm (-1: unlimited), prompt tokens, output tokens per choice, choices,
-# clip (1/0). Returns {0, output per choice} admitted, {1, 1|2} rate-limited on requests|tokens,
-# {2, 0} daily budget spent (or too little left for this request).
+# ARGV: budget, rpm, tpm (the contract's, -1: unlimited), prompt tokens, output tokens per
+# choice, choices, clip (1/0), rpm and tpm ceilings (the burst ceiling, -1: unlimited). Returns
+# {0, output per choice, 1|0 in contract} admitted, {1, 1|2} over the ceiling on
+# requests|tokens, {2, 0} daily budget spent (or too little left for this request).
 _ADMIT_LUA = """
 local budget, rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local prompt, out, n, clip = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
   tonumber(ARGV[7])
+local rcap, tcap = tonumber(ARGV[8]), tonumber(ARGV[9])
 local day = tonumber(redis.call('GET', KEYS[3]) or '0')
 if budget >= 0 then
   local left = budget - day
@@ -39,16 +42,18 @@ if budget >= 0 then
 end
 local est = prompt + out * n
 local r = tonumber(redis.call('GET', KEYS[1]) or '0')
-if rpm >= 0 and r >= rpm then return {1, 1} end
+if rcap >= 0 and r >= rcap then return {1, 1} end
 local t = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tpm >= 0 and t > 0 and t + est > tpm then return {1, 2} end
+if tcap >= 0 and t > 0 and t + est > tcap then return {1, 2} end
+local within = 1
+if (rpm >= 0 and r >= rpm) or (tpm >= 0 and t > 0 and t + est > tpm) then within = 0 end
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], 120)
 redis.call('INCRBY', KEYS[2], est)
 redis.call('EXPIRE', KEYS[2], 120)
 redis.call('INCRBY', KEYS[3], est)
 redis.call('EXPIRE', KEYS[3], 172800)
-return {0, out}
+return {0, out, within}
 """
 
 ADMITTED, LIMITED, QUOTA = 0, 1, 2
@@ -57,11 +62,18 @@ _DAY_TTL_S = 2 * 86400
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """``None`` means unlimited."""
+    """``None`` means unlimited. Traffic up to the contract's rates is in contract; above them it
+    is excess, still admitted up to ``burst_factor`` times those rates (the burst ceiling)."""
 
     requests_per_min: int | None
     tokens_per_min: int | None
     daily_token_budget: int | None
+    burst_factor: float = 1.0
+
+    def ceilings(self) -> tuple[int, int]:
+        """(requests, tokens) per minute of the burst ceiling; -1 is unlimited."""
+        return (_ceiling(self.requests_per_min, self.burst_factor),
+                _ceiling(self.tokens_per_min, self.burst_factor))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +103,7 @@ class Verdict:
     which: str = ""
     ticket: Ticket | None = None
     output: int = 0  # admitted: output tokens per choice granted (clipped or as asked)
+    in_contract: bool = True  # admitted: within the contract's rates (False: excess)
 
 
 def _keys(tenant_id: str, tier: str, now: float) -> tuple[str, str, str]:
@@ -102,6 +115,15 @@ def _keys(tenant_id: str, tier: str, now: float) -> tuple[str, str, str]:
 
 def _limit(value: int | None) -> int:
     return -1 if value is None else int(value)
+
+
+def _ceiling(value: int | None, factor: float) -> int:
+    return -1 if value is None else max(int(value), math.floor(int(value) * factor))
+
+
+def _over(limit: int, used: int, est: int) -> bool:
+    """Tokens: the first request of a window always fits (one prompt may exceed a small tpm)."""
+    return limit >= 0 and used > 0 and used + est > limit
 
 
 class MemoryLimiter:
@@ -132,15 +154,17 @@ class MemoryLimiter:
                     out = (left - ask.prompt) // ask.choices
             est = ask.prompt + out * ask.choices
             rpm, tpm = _limit(limits.requests_per_min), _limit(limits.tokens_per_min)
-            if rpm >= 0 and self._get(rkey, now) >= rpm:
+            rcap, tcap = limits.ceilings()
+            requests, used = self._get(rkey, now), self._get(tkey, now)
+            if rcap >= 0 and requests >= rcap:
                 return Verdict(LIMITED, _window_left(now), "requests")
-            used = self._get(tkey, now)
-            if tpm >= 0 and used > 0 and used + est > tpm:
+            if _over(tcap, used, est):
                 return Verdict(LIMITED, _window_left(now), "tokens")
+            within = not (rpm >= 0 and requests >= rpm) and not _over(tpm, used, est)
             self._add(rkey, 1, now, 120)
             self._add(tkey, est, now, 120)
             self._add(dkey, est, now, _DAY_TTL_S)
-        return Verdict(ADMITTED, ticket=Ticket(tkey, dkey, est), output=out)
+        return Verdict(ADMITTED, ticket=Ticket(tkey, dkey, est), output=out, in_contract=within)
 
     def settle(self, ticket: Ticket, actual_tokens: int, now: float) -> None:
         with self._lock:
@@ -174,7 +198,7 @@ class RedisLimiter:
     def _args(limits: Limits, ask: Ask) -> list[int]:
         return [_limit(limits.daily_token_budget), _limit(limits.requests_per_min),
                 _limit(limits.tokens_per_min), ask.prompt, ask.output, ask.choices,
-                int(ask.clip)]
+                int(ask.clip), *limits.ceilings()]
 
     @staticmethod
     def _verdict(result: list, keys: tuple[str, str, str], ask: Ask, now: float) -> Verdict:
@@ -184,7 +208,8 @@ class RedisLimiter:
         if status == LIMITED:
             return Verdict(LIMITED, _window_left(now), "requests" if value == 1 else "tokens")
         est = ask.prompt + value * ask.choices
-        return Verdict(ADMITTED, ticket=Ticket(keys[1], keys[2], est), output=value)
+        return Verdict(ADMITTED, ticket=Ticket(keys[1], keys[2], est), output=value,
+                       in_contract=bool(int(result[2])))
 
     def check(self, tenant_id: str, tier: str, limits: Limits, ask: Ask, now: float) -> Verdict:
         keys = _keys(tenant_id, tier, now)

@@ -13,8 +13,11 @@ of the tenant) and, for batch lines, the tier, and owns in this order:
    event loop (``EngineClient.encode``), shrinking an open ``max_tokens`` to the room the
    context leaves;
 4. requests/min, tokens/min and the daily budget with the prompt's real token count, reserving
-   its tokens while it runs (429; an open ``max_tokens`` is clipped to the budget left, a set one
-   over it is 429 ``insufficient_quota``);
+   its tokens while it runs: up to the contract's rates the request is in contract, above them
+   excess (``EngineRequest.in_contract`` False: the scheduler serves, demotes and refuses it
+   after in-contract work), above the burst ceiling (the plan's ``burst_factor`` × the rates;
+   1 for batch lines, which are paced instead) 429; an open ``max_tokens`` is clipped to the
+   budget left, a set one over it is 429 ``insufficient_quota``;
 5. the engine stream, folded into a ``Collector``.
 
 The ``Served`` it returns holds all of that, and ``Served.close`` releases it exactly once
@@ -93,14 +96,43 @@ class Served:
     stream: DeltaStreamProtocol | None = None
     collector: Collector | None = None
     closed: bool = False
+    head: Delta | None = None  # the first delta, read ahead by ``first``
+    ended: bool = False  # the engine stream ended while read ahead
 
     @property
     def request_id(self) -> str:
         return self.trace.request_id
 
+    async def first(self) -> None:
+        """Read the engine's first delta ahead (``deltas`` yields it first), so a stream's
+        headers can say the tier it starts at, a demotion before the first token included; an
+        engine error now closes it and raises its ``APIError`` (the status can still say it)."""
+        assert self.stream is not None
+        try:
+            self.head = await self.stream.__anext__()
+        except StopAsyncIteration:
+            self.ended = True
+        except asyncio.CancelledError:
+            await self.close(CANCELLED, code="client_disconnected")
+            raise
+        except Exception as exc:
+            raise await self.close_for(exc) from exc
+
+    @property
+    def tier_now(self) -> str:
+        """The tier serving the request as far as read: the read-ahead delta's, else asked."""
+        assert self.parsed is not None
+        return str(self.head.tier if self.head is not None else self.parsed.tier)
+
     async def deltas(self) -> AsyncIterator[Delta]:
         """The engine's deltas, each folded into ``collector`` before it is yielded."""
         assert self.stream is not None and self.collector is not None
+        if self.head is not None:
+            head, self.head = self.head, None
+            self.collector.fold(head)
+            yield head
+        if self.ended:
+            return
         async for delta in self.stream:
             self.collector.fold(delta)
             yield delta
@@ -252,8 +284,11 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         request = parsed.engine_request
         ask = ratelimit.Ask(len(prompt_ids), request.sampling.max_tokens, request.sampling.n,
                             clip=not parsed.max_tokens_given)
+        # batch lines are paced at the contract's rates (a 429 retries later), never excess
+        burst = 1.0 if batch_id is not None else await admission.aburst_factor(caller.tenant)
         served.admitted = await admission.aadmit(tenant=caller.tenant, tier=tier,
-                                                 contract=contract, ask=ask)
+                                                 contract=contract, ask=ask, burst_factor=burst)
+        request.in_contract = served.admitted.in_contract
         if served.admitted.output != request.sampling.max_tokens:
             request.sampling = dataclasses.replace(request.sampling,
                                                    max_tokens=served.admitted.output)

@@ -43,6 +43,7 @@ def request_to_wire(req: EngineRequest) -> dict[str, Any]:
         "profile": asdict(req.profile) if req.profile is not None else None,
         "cache_salt": req.cache_salt, "arrival_time": req.arrival_time,
         "deadline": req.deadline, "session_id": req.session_id,
+        "in_contract": req.in_contract,
     }
 
 
@@ -58,6 +59,7 @@ def request_from_wire(data: dict[str, Any]) -> EngineRequest:
         profile=Profile(**data["profile"]) if data.get("profile") else None,
         cache_salt=data["cache_salt"], arrival_time=data["arrival_time"],
         deadline=data["deadline"], session_id=data["session_id"],
+        in_contract=bool(data.get("in_contract", True)),
     )
 
 

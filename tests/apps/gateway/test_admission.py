@@ -74,6 +74,36 @@ def test_tokens_per_minute_reserve_and_settle(limiter):
     assert _check(limiter, limits, Ask(10, 20)).status == ADMITTED
 
 
+def _marks(limiter, limits: Limits, asks: list[Ask], tenant: str = "t1") -> list[str]:
+    out = []
+    for ask in asks:
+        verdict = _check(limiter, limits, ask, tenant=tenant)
+        out.append(verdict.which if verdict.status == LIMITED else
+                   "in" if verdict.in_contract else "excess")
+    return out
+
+
+def test_requests_per_minute_in_contract_excess_and_ceiling(limiter):
+    # rpm 2, burst 2: requests 1-2 in contract, 3-4 excess (admitted), the 5th over the ceiling
+    assert _marks(limiter, Limits(2, None, None, burst_factor=2.0), [Ask(1, 1)] * 5) == [
+        "in", "in", "excess", "excess", "requests"]
+    # burst 1 (batch lines): no excess, the contract's rate is the ceiling
+    marks = _marks(limiter, Limits(2, None, None), [Ask(1, 1)] * 3, tenant="t2")
+    assert marks == ["in", "in", "requests"]
+    # a fractional ceiling rounds down: 3 x 1.5 = 4.5 -> 4 requests
+    marks = _marks(limiter, Limits(3, None, None, burst_factor=1.5), [Ask(1, 1)] * 5,
+                   tenant="t3")
+    assert marks == ["in"] * 3 + ["excess", "requests"]
+
+
+def test_tokens_per_minute_in_contract_excess_and_ceiling(limiter):
+    limits = Limits(None, 100, None, burst_factor=2.0)  # contract 100 tokens, ceiling 200
+    # 60 + 40 = 100: in contract (exactly at the rate); +1 -> 101: excess; 101 + 99 = 200:
+    # excess at the ceiling; +1 -> 201: over the ceiling
+    asks = [Ask(30, 30), Ask(20, 20), Ask(0, 1), Ask(49, 50), Ask(0, 1)]
+    assert _marks(limiter, limits, asks) == ["in", "in", "excess", "excess", "tokens"]
+
+
 def test_in_flight_reservations_count_against_the_daily_budget(limiter):
     limits = Limits(None, None, 100)
     first = _check(limiter, limits, Ask(10, 50))  # 60 reserved, still running

@@ -143,3 +143,59 @@ def test_smollm2_streams_an_answer_through_the_sdk(laser_server, smollm2_engine,
     assert {c.service_tier for c in chunks} == {"default"}
     [record] = _records()
     assert (record.outcome, record.tier_served, record.streamed) == ("ok", "warm", True)
+
+
+def _round(server, key: str, size: int) -> list[tuple[int | str, str | None, str | None]]:
+    """``size`` simultaneous chats from one key (half streamed): (status, X-Laser-Tier, the
+    service_tier of the last chunk or of the response) each."""
+
+    async def one(client, i: int) -> tuple[int | str, str | None, str | None]:
+        args = {"model": MODEL, "max_tokens": 8, "temperature": 0,
+                "messages": [{"role": "user", "content": f"Say a word about the number {i}."}]}
+        try:
+            if i % 2:
+                raw = await client.chat.completions.with_raw_response.create(
+                    **args, stream=True)
+                tiers = [c.service_tier async for c in raw.parse()]
+                return raw.status_code, raw.headers.get("X-Laser-Tier"), tiers[-1]
+            raw = await client.chat.completions.with_raw_response.create(**args)
+            return raw.status_code, raw.headers.get("X-Laser-Tier"), raw.parse().service_tier
+        except openai.APIStatusError as exc:
+            return exc.status_code, None, None
+        except openai.APIError as exc:  # an error frame in a stream
+            return type(exc).__name__, None, None
+
+    async def burst() -> list:
+        client = _client(server, key, openai.AsyncOpenAI)
+        try:
+            return await asyncio.gather(*(one(client, i) for i in range(size)))
+        finally:
+            await client.close()
+
+    return asyncio.run(burst())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_burst_of_hot_chats_is_served_or_demoted_never_refused(laser_server, smollm2_engine,
+                                                                  key):
+    """Issue 23: 16, then 32 simultaneous chats from one hot key on an idle server: every one
+    answered (no 503, no 429); a request the engine could not start within its hot target is
+    demoted to warm and says so (``service_tier: "default"``; the SLO record shows warm)."""
+    for size in (16, 32):
+        results = _round(laser_server, key, size)
+        records = _records()[-size:]
+        demoted = sum(r.tier_served == "warm" for r in records)
+        marked = sum(tier == "default" for _, _, tier in results)
+        summary = f"{size} chats: {demoted} demoted to warm, {marked} marked 'default'"
+        assert [status for status, _, _ in results] == [200] * size, (summary, results)
+        assert {r.outcome for r in records} == {"ok"}, summary
+        assert {r.tier_asked for r in records} == {"hot"}, summary
+        # every demotion the engine made reached the client, and no other request says so
+        assert marked == demoted, (summary, results)
+        assert {tier for _, _, tier in results} <= {"priority", "default"}, summary
+        # the headers go out after the demotion (a whole response's at its end, a hot stream's
+        # at its first delta): X-Laser-Tier says warm too
+        headers = [(header, tier) for _, header, tier in results]
+        assert all((header == "warm") == (tier == "default") for header, tier in headers), headers
+        print(summary)  # noqa: T201 (shown with -s: the count of this run)

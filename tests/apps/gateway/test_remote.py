@@ -30,7 +30,8 @@ def test_request_and_delta_round_trip():
     req = EngineRequest("r", SamplingParams(max_tokens=3, stop=("x",), n=2, seed=5),
                         messages=[{"role": "user", "content": "hi"}], tier=Tier.COLD,
                         tenant_id="4", targets=ContractTargets(cold_deadline_s=60),
-                        profile=Profile(0.0, 3, 10), deadline=123.0, session_id="s")
+                        profile=Profile(0.0, 3, 10), deadline=123.0, session_id="s",
+                        in_contract=False)
     back = protocol.request_from_wire(protocol.request_to_wire(req))
     assert back == req
     delta = Delta("r", 1, "ab", (5, 6), (1.0, 2.0), Tier.WARM, logprobs=(-1.0, -2.0),

@@ -100,6 +100,30 @@ async def test_demotion_mid_stream_is_a_comment_and_a_tier_change(key):
     assert record.demoted and record.tier_served == "warm"
 
 
+@pytest.mark.parametrize("demote_at, header", [(0, "warm"), (1, "hot"), (None, "hot")])
+async def test_a_hot_streams_header_is_the_tier_of_its_first_delta(key, demote_at, header):
+    old = engine.set_engine_client(FakeEngine(demote_at=demote_at))
+    try:
+        response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
+        blocks = await _sse(response)
+    finally:
+        engine.set_engine_client(old)
+    assert response["X-Laser-Tier"] == header and blocks[-1] == "data: [DONE]"
+    assert any(b.startswith(": tier_changed") for b in blocks) == (demote_at is not None)
+
+
+async def test_a_hot_stream_failing_before_its_first_delta_is_a_status(key):
+    old = engine.set_engine_client(FakeEngine(fail_at=0))
+    try:
+        response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
+    finally:
+        engine.set_engine_client(old)
+    # the engine's error as a whole response gets it (an overload would be 503 + Retry-After)
+    assert (response.status_code, response.json()["error"]["code"]) == (500, "engine_error")
+    [record] = await _records()
+    assert record.outcome != "ok"
+
+
 async def test_error_after_stream_started_is_error_frame_then_done(key):
     old = engine.set_engine_client(FakeEngine(fail_at=2))
     try:
@@ -175,8 +199,12 @@ async def test_auth_method_and_rate_limit(fake, limited_key):
     auth = {"Authorization": f"Bearer {plaintext}"}
     r405 = await client.get("/v1/chat/completions", headers=auth)
     ok = await _post(client, "/v1/chat/completions", _chat(), plaintext)
+    excess = await _post(client, "/v1/chat/completions", _chat(), plaintext)  # rpm 1, burst 2
     r429 = await _post(client, "/v1/chat/completions", _chat(), plaintext)
     assert (r401.status_code, r405.status_code, ok.status_code) == (401, 405, 200)
+    assert excess.status_code == 200
+    # the engine request says which: the first in contract, the second excess
+    assert [r.in_contract for r in fake.requests] == [True, False]
     assert r401.json()["error"]["type"] == "authentication_error"
     assert r429.status_code == 429 and int(r429["Retry-After"]) >= 1
     assert r429.json()["error"]["code"] == "rate_limit_exceeded"
