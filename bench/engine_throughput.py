@@ -16,7 +16,8 @@ PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after o
 ``-onednn`` (``mixed-onednn``) the bfloat16 decode matmuls stay on oneDNN where one thread would
 give them to Laser's own matmul (``kernels.pack_linear_weight(..., native=True)``); ``quant``
 and ``q8`` (``matmul_dtype=quant``/``q8``: the GGUF's Q4_1/Q8_0 blocks times int8-quantised
-activations, in two parts or one, ``kernels._cpu.quant``).
+activations, in two parts or one, ``kernels._cpu.quant``); ``auto`` (``matmul_dtype=auto``:
+both packs, the quantized ones for steps of at most ``quant_max_rows`` tokens).
 ``--threads`` sets the engines' threads, a list runs each mode at each count (default: every
 core). Every (mode, threads) engine is built first, then ``--rounds`` rounds run them in turn
 (A B A B), so that machine noise hits every mode alike; each row is a round.
@@ -67,7 +68,7 @@ QUESTIONS = [
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MODES = {"float32": ("float32", None), "mixed": ("float32", "bfloat16"),
          "bfloat16": ("bfloat16", None), "quant": ("float32", "quant"),
-         "q8": ("float32", "q8")}  # mode: (dtype, matmul_dtype)
+         "q8": ("float32", "q8"), "auto": ("float32", "auto")}  # mode: (dtype, matmul_dtype)
 
 
 def messages(i: int) -> list[dict]:
