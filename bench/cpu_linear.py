@@ -96,6 +96,8 @@ def _pack_mb(state) -> float:
         if isinstance(x, (tuple, list)):
             for y in x:
                 walk(y)
+        elif isinstance(x, torch.Tensor) and x.is_mkldnn:  # oneDNN's packs: opaque
+            seen[id(x)] = x.numel() * x.element_size()
         elif isinstance(x, torch.Tensor):
             seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
         elif hasattr(x, "data") and isinstance(x.data, torch.Tensor):
