@@ -13,6 +13,11 @@ stream from memory as in the engine rather than sit in cache), oneDNN's packed b
 against Laser's own kernel (``kernels.pack_linear_weight(..., native=True)``), bfloat16 in and
 out as the decode step runs them, at 1-32 rows, alternating; writes
 ``bench/out/cpu_linear_model.json``.
+
+``--auto``: the bundled model's whole decode step (``ModelRunner.execute``) under
+``matmul_dtype=auto``, on the quantized blocks against the bfloat16 packs, at 1-32 rows (one
+decode batch of that many streams, re-run on each side alternately); picks the crossover for
+``EngineConfig.quant_max_rows``; writes ``bench/out/cpu_linear_auto.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import kernels  # noqa: E402
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
           "lm_head": (49152, 576)}
 ROWS = (1, 7, 16, 64, 300)
+ROWS_AUTO = (1, 2, 4, 6, 8, 16, 32)
 
 
 def timed(fn, repeats: int) -> float:
@@ -82,13 +88,87 @@ def model_step(threads: int) -> None:
                                                           indent=2))
 
 
+def _pack_mb(state) -> float:
+    """MB of the distinct buffers a ``LlamaModel.pack_state`` holds (views counted once)."""
+    seen: dict[int, int] = {}
+
+    def walk(x) -> None:
+        if isinstance(x, (tuple, list)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, torch.Tensor) and x.is_mkldnn:  # oneDNN's packs: opaque
+            seen[id(x)] = x.numel() * x.element_size()
+        elif isinstance(x, torch.Tensor):
+            seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+        elif hasattr(x, "data") and isinstance(x.data, torch.Tensor):
+            walk(x.data)
+
+    walk(state)
+    return sum(seen.values()) / 1e6
+
+
+def auto_step(threads: int, rounds: int) -> None:
+    from inference.engine import EngineConfig, LLMEngine
+    from inference.request import EngineRequest, SamplingParams
+
+    engine = LLMEngine(EngineConfig(matmul_dtype="auto", num_threads=threads, max_num_seqs=64,
+                                    kv_memory_mb=256))
+    runner = engine.runner
+    if runner._pack_sets is None:
+        sys.exit("auto keeps one pack set here (needs the quantized and bfloat16 matmuls)")
+    (quant_state, _), (bf16_state, _) = runner._pack_sets
+    mb = {"quant_packs_mb": _pack_mb(quant_state), "bfloat16_packs_mb": _pack_mb(bf16_state)}
+    print(f"resident packs: quantized {mb['quant_packs_mb']:.0f} MB, "
+          f"bfloat16 {mb['bfloat16_packs_mb']:.0f} MB", flush=True)
+    prepare, seen = runner.prepare, []
+    runner.prepare = lambda plan, seqs: seen.append(prepare(plan, seqs)) or seen[-1]
+    sp = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
+    rows = []
+    for m in ROWS_AUTO:
+        for i in range(m):
+            engine.add_request(EngineRequest(f"{m}-{i}", sp, prompt="The capital of France"))
+        seen.clear()
+        while not any(b.meta.is_decode_only and b.num_tokens == m for b in seen):
+            if not engine.has_unfinished():
+                sys.exit(f"no decode step of {m} rows")
+            engine.step()
+        batch = seen[-1]
+        times = {"quant": [], "bfloat16": []}
+        for _ in range(rounds):
+            for name, limit in (("quant", m), ("bfloat16", m - 1)):
+                runner.quant_max_rows = limit
+                times[name].append(timed(lambda: runner.execute(batch), 3))
+                assert runner.packs_in_use == name
+        while engine.has_unfinished():
+            engine.step()
+        row = {"rows": m, **{f"{k}_ms": statistics.median(v) for k, v in times.items()}}
+        row["quant_speedup"] = row["bfloat16_ms"] / row["quant_ms"]
+        rows.append(row)
+        print(row, flush=True)
+    print(f"decode step under auto, {threads} thread(s), median of {rounds} alternations")
+    print(f"{'rows':>6}{'quant ms':>10}{'bf16 ms':>10}{'bf16/quant':>12}")
+    for r in rows:
+        print(f"{r['rows']:>6}{r['quant_ms']:>10.2f}{r['bfloat16_ms']:>10.2f}"
+              f"{r['quant_speedup']:>12.2f}")
+    out = Path(__file__).resolve().parent / "out"
+    out.mkdir(exist_ok=True)
+    report = {"threads": threads, **mb, "rows": rows}
+    (out / "cpu_linear_auto.json").write_text(json.dumps(report, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model", action="store_true",
                     help="a whole decode step's bfloat16 matmuls: oneDNN against Laser's")
+    ap.add_argument("--auto", action="store_true",
+                    help="a whole decode step under matmul_dtype=auto: quant against bfloat16")
+    ap.add_argument("--rounds", type=int, default=5, help="--auto: alternations per row count")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.auto:
+        auto_step(args.threads, args.rounds)
+        return
     if args.model:
         model_step(args.threads)
         return

@@ -16,7 +16,8 @@ PyTorch ops instead of the C kernels of ``kernels/_cpu``, for the before/after o
 ``-onednn`` (``mixed-onednn``) the bfloat16 decode matmuls stay on oneDNN where one thread would
 give them to Laser's own matmul (``kernels.pack_linear_weight(..., native=True)``); ``quant``
 and ``q8`` (``matmul_dtype=quant``/``q8``: the GGUF's Q4_1/Q8_0 blocks times int8-quantised
-activations, in two parts or one, ``kernels._cpu.quant``).
+activations, in two parts or one, ``kernels._cpu.quant``); ``auto`` (``matmul_dtype=auto``:
+both packs, the quantized ones for steps of at most ``quant_max_rows`` tokens).
 ``--threads`` sets the engines' threads, a list runs each mode at each count (default: every
 core). Every (mode, threads) engine is built first, then ``--rounds`` rounds run them in turn
 (A B A B), so that machine noise hits every mode alike; each row is a round.
@@ -67,7 +68,7 @@ QUESTIONS = [
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MODES = {"float32": ("float32", None), "mixed": ("float32", "bfloat16"),
          "bfloat16": ("bfloat16", None), "quant": ("float32", "quant"),
-         "q8": ("float32", "q8")}  # mode: (dtype, matmul_dtype)
+         "q8": ("float32", "q8"), "auto": ("float32", "auto")}  # mode: (dtype, matmul_dtype)
 
 
 def messages(i: int) -> list[dict]:
@@ -238,14 +239,19 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     model = engine.runner.model
     params = sum(p.numel() for p in model.parameters())
     dtype, matmul_dtype = MODES[base_mode(mode)]
-    if matmul_dtype in kernels.QUANT_MODES:  # the packed blocks a decode step reads
-        packs = [p for layer in model.layers
-                 for p in (layer.attn.qkv_packed, layer.attn.o_packed, layer.gate_up_packed,
-                           layer.down_packed)] + [model.lm_head_screen]
-        weight_bytes = sum(p.nbytes for p in packs)
+    state = model.pack_state()
+    if matmul_dtype == "auto":  # each side's bound where it runs: 1 stream quant, 16 bfloat16
+        if engine.runner._pack_sets is None:
+            sys.exit("auto keeps one pack set here (needs the quantized and bfloat16 matmuls)")
+        state = engine.runner._pack_sets[0][0]
+        mixed = bounds(engine, "mixed", bw, gflops)
+    if state[0]:  # quantized: the packed blocks a decode step reads
+        _, screen, layers = state
+        weight_bytes = sum(p.nbytes for packs in layers for p in packs[:4]) + screen.nbytes
         one = bw * 1e9 / weight_bytes
+        many = mixed["bound_16_tok_s"] if matmul_dtype == "auto" else 16 * one
         return {"params": params, "weight_bytes": weight_bytes, "bound_1_tok_s": one,
-                "bound_16_tok_s": 16 * one}
+                "bound_16_tok_s": many}
     work = DTYPES[matmul_dtype or dtype]
     weight_bytes = params * torch.empty((), dtype=work).element_size()
     one = bw * 1e9 / weight_bytes

@@ -40,11 +40,17 @@ class EngineConfig:
             quantised per block to int8 in two parts (``kernels._cpu.quant``); ``q8`` with
             one part in decode steps, as llama.cpp does (faster in large batches, but it
             changes answers: docs/engine.md);
-            ``auto`` is ``quant`` where the C kernels have a vector path for it (AVX2 or
-            better), else bfloat16 where the CPU has native bfloat16 matmuls (AMX,
-            AVX512-BF16), else float32 (``bfloat16`` falls back to float32 there too:
+            ``auto`` keeps both the quantized blocks and the bfloat16 packs where the CPU has
+            both paths (the quantized one: the C kernels with AVX2 or better; bfloat16:
+            native matmuls, AMX or AVX512-BF16) and runs a step of at most
+            ``quant_max_rows`` tokens on the former, a larger one on the latter
+            (docs/engine.md, "Auto"); with one of the two paths it is that one, with neither
+            float32 (``bfloat16`` falls back to float32 there too:
             ``kernels.pack_linear_weight`` packs nothing oneDNN cannot run). The engine's
             default is exact; the platform serves with ``auto`` (docs/engine.md).
+        quant_max_rows: ``auto`` only: the most tokens a step may have to run on the
+            quantized blocks; larger steps run on the bfloat16 packs. Measured crossover:
+            docs/engine.md, "Auto".
         kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
             computes in float32, so a narrower cache would only add conversions) and ``dtype``
             on CUDA.
@@ -79,6 +85,7 @@ class EngineConfig:
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     matmul_dtype: str | None = None
+    quant_max_rows: int = 4
     block_size: int = 16
     kv_memory_mb: float = 256.0
     max_num_batched_tokens: int = 2048
@@ -103,6 +110,8 @@ class EngineConfig:
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.quant_max_rows < 0:
+            raise ValueError(f"quant_max_rows must be at least 0, got {self.quant_max_rows}")
         for name in ("max_model_len", "long_prefill_chunk", "num_threads", "wide_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -139,7 +148,8 @@ class EngineConfig:
     @property
     def torch_matmul_dtype(self) -> torch.dtype | str | None:
         """The dtype to pack CPU projections in, ``"quant"`` (``kernels.QUANT``: the GGUF's
-        quantized blocks), or None for the weights' own."""
+        quantized blocks), ``"auto"`` (both, ``runner.AUTO``), or None for the weights'
+        own."""
         if self.device != "cpu" or self.matmul_dtype in (None, "float32"):
             return None
         if self.matmul_dtype in ("quant", "q8"):
@@ -149,9 +159,10 @@ class EngineConfig:
 
             if self.torch_dtype != torch.float32:
                 return None
+            bf16 = kernels.bf16_matmul_supported()
             if kernels.quant_supported():
-                return kernels.QUANT
-            return torch.bfloat16 if kernels.bf16_matmul_supported() else None
+                return "auto" if bf16 else kernels.QUANT  # runner.AUTO: both packs
+            return torch.bfloat16 if bf16 else None
         return _DTYPES[self.matmul_dtype]
 
     def num_blocks(self, kv_bytes_per_block: int) -> int:

@@ -82,7 +82,8 @@ class LLMEngine:
                                         **_policy_options(config, len(model.layers)))
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.torch_matmul_dtype,
-                                  threads=(narrow, config.wide_threads or narrow))
+                                  threads=(narrow, config.wide_threads or narrow),
+                                  quant_max_rows=config.quant_max_rows)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
             getattr(loaded, "stop_token_ids", ()))

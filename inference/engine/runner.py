@@ -29,6 +29,9 @@ from kernels import _cpu
 # laser (steps of ~60 tokens in a burst of chats) it gained nothing; decode steps keep the narrow
 # count, whose spare core serves the event loop (docs/engine.md, "On CPU").
 WIDE_STEP_TOKENS = 128
+# ``matmul_dtype`` that keeps both the quantized blocks and the bfloat16 packs, choosing per
+# step by its rows (``EngineConfig.matmul_dtype="auto"``, ``quant_max_rows``)
+AUTO = "auto"
 
 
 @dataclass(slots=True)
@@ -61,7 +64,12 @@ class ModelRunner:
             ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         matmul_dtype: CPU only: pack the layers' projections in this dtype (bfloat16 mixed
             precision, see ``kernels.linear``) or ``kernels.QUANT`` (the GGUF's quantized
-            blocks, ``kernels._cpu.quant``); None keeps the weights' dtype.
+            blocks, ``kernels._cpu.quant``); ``AUTO`` keeps both the quantized blocks and
+            the bfloat16 packs and runs a step of at most ``quant_max_rows`` tokens on the
+            former (decode with few streams: memory-bound, the 4-8 bit blocks read least),
+            a larger one on the latter (batches and prompts: compute-bound, where the
+            quantized matmul's two int8 activation parts cost more); None keeps the
+            weights' dtype.
         threads: ``(narrow, wide)`` torch threads for steps below and from
             ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
@@ -69,7 +77,7 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  matmul_dtype: torch.dtype | str | None = None,
-                 threads: tuple[int, int] | None = None) -> None:
+                 threads: tuple[int, int] | None = None, quant_max_rows: int = 0) -> None:
         self.model = model
         self.threads = threads
         self.device = torch.device(device)
@@ -83,6 +91,10 @@ class ModelRunner:
         # in the quantized mode every core, decode steps included; the pool's workers sleep
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
+        self.quant_max_rows = quant_max_rows
+        # AUTO: (quantized, bfloat16) pack states with their pool threads, and the one set
+        self._pack_sets: tuple[tuple[tuple, int], tuple[tuple, int]] | None = None
+        self._packs_in_use = 1
         if self.device.type == "cpu":
             # glibc would mmap and page-fault every step's multi-MB temporaries afresh: the
             # attention's K/V gather ran 2.1 -> 0.17 ms per layer once freed blocks are reused
@@ -91,9 +103,31 @@ class ModelRunner:
                 # oneDNN-packed weights: 1.2-3x faster CPU matmuls; bfloat16 decode matmuls on
                 # one thread go to Laser's own kernel instead (kernels.pack_linear_weight)
                 narrow = threads[0] if threads is not None else torch.get_num_threads()
-                model.pack_linears(matmul_dtype, native_gemm=narrow == 1)
+                both = matmul_dtype == AUTO
+                model.pack_linears(kernels.QUANT if both else matmul_dtype,
+                                   native_gemm=narrow == 1)
                 if getattr(model, "quantized", False):
                     self.pool_threads = max(threads) if threads else torch.get_num_threads()
+                    if both:
+                        quantized = (model.pack_state(), self.pool_threads)
+                        model.pack_linears(torch.bfloat16, native_gemm=narrow == 1)
+                        self._pack_sets = (quantized, (model.pack_state(), 0))
+                        self.pool_threads = 0
+
+    @property
+    def packs_in_use(self) -> str:
+        """``quant`` or ``bfloat16``: the packs the last step ran on (under ``AUTO``)."""
+        return ("quant", "bfloat16")[self._packs_in_use]
+
+    def _select_packs(self, batch: BatchInputs) -> None:
+        """Under ``AUTO``: switch the model to the packs for this step's rows."""
+        if self._pack_sets is None:
+            return
+        want = int(batch.num_tokens > self.quant_max_rows)
+        if want != self._packs_in_use:
+            state, self.pool_threads = self._pack_sets[want]
+            self.model.set_pack_state(state)
+            self._packs_in_use = want
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:
@@ -165,6 +199,7 @@ class ModelRunner:
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
     def _set_threads(self, batch: BatchInputs) -> None:
+        self._select_packs(batch)
         if self.device.type == "cpu":
             _cpu.set_threads(self.pool_threads)
         if self.threads is not None:
@@ -241,6 +276,7 @@ class LayerwiseForward:
             raise RuntimeError("the forward has layers left to run")
         with torch.inference_mode():
             t0 = time.perf_counter()
+            self.runner._select_packs(self.batch)  # a hot step in between may switch them
             hidden = self.runner.model.norm_out(self.hidden, self.residual)
             out = self.runner._logits(self.batch, hidden)
             self.seconds += time.perf_counter() - t0

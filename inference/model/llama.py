@@ -230,6 +230,21 @@ class LlamaModel(nn.Module):
         self.quantized = True
         return True
 
+    def pack_state(self) -> tuple:
+        """What ``pack_linears`` set, less the float32 LM head every mode packs alike: hand it
+        to ``set_pack_state`` to switch between two packings kept side by side (the runner's
+        ``auto``: the quantized blocks for small steps, bfloat16 packs for batches)."""
+        layers = tuple((layer.attn.qkv_packed, layer.attn.o_packed, layer.gate_up_packed,
+                        layer.down_packed, layer.exact_packs, layer.one_call,
+                        layer.native_weights) for layer in self.layers)
+        return self.quantized, self.lm_head_screen, layers
+
+    def set_pack_state(self, state: tuple) -> None:
+        self.quantized, self.lm_head_screen, layers = state
+        for layer, packs in zip(self.layers, layers, strict=True):
+            (layer.attn.qkv_packed, layer.attn.o_packed, layer.gate_up_packed,
+             layer.down_packed, layer.exact_packs, layer.one_call, layer.native_weights) = packs
+
     def init_rotary(self, device: torch.device | str | None = None) -> None:
         """(Re)build the rotary cache on `device`; call after the weights are in place."""
         device = device if device is not None else self.embed_tokens.device

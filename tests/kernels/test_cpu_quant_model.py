@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
@@ -10,6 +12,9 @@ from inference.model import LlamaModel, ModelConfig
 from kernels import _cpu
 from kernels._cpu import quant
 from tests.kernels.paged import rel_err
+
+if TYPE_CHECKING:
+    from inference.engine.runner import BatchInputs
 
 pytestmark = pytest.mark.skipif(not quant.supported(),
                                 reason="no vector path for the quantized matmul here")
@@ -123,7 +128,8 @@ def test_the_runner_packs_the_quantized_mode_and_uses_every_thread(mode) -> None
 def test_auto_picks_the_quantized_mode_where_it_has_a_vector_path(monkeypatch) -> None:
     from inference.engine.config import EngineConfig
 
-    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == kernels.QUANT
+    both = "auto" if kernels.bf16_matmul_supported() else kernels.QUANT
+    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == both
     assert EngineConfig(matmul_dtype="q8").torch_matmul_dtype == kernels.Q8
     assert EngineConfig().torch_matmul_dtype is None  # the library's default stays exact
     monkeypatch.setattr(quant, "supported", lambda: False)
@@ -132,3 +138,73 @@ def test_auto_picks_the_quantized_mode_where_it_has_a_vector_path(monkeypatch) -
     model = _model()
     model.pack_linears(kernels.QUANT)  # asked for, but not here: what auto would pick
     assert not model.quantized
+
+
+def _step(rows: int, first: int = 0) -> BatchInputs:
+    """A decode step of ``rows`` one-token sequences at position 0 (block ``first + i``), or,
+    with ``rows`` < 0, one prompt of ``-rows`` tokens."""
+    from inference.engine.runner import BatchInputs
+    from inference.model import AttentionMetadata
+
+    torch.manual_seed(rows + 10)
+    n, q = (1, -rows) if rows < 0 else (rows, 1)
+    meta = AttentionMetadata.build([[first + i] for i in range(n)], [q] * n, [q] * n, 16)
+    tokens = n * q
+    return BatchInputs(torch.randint(0, 96, (tokens,)), torch.arange(q).repeat(n), meta,
+                       torch.arange(q - 1, tokens, q), [str(i) for i in range(n)])
+
+
+def _runner(mode, **kw):
+    from inference.engine.runner import ModelRunner
+
+    saved = torch.get_num_threads()
+    try:
+        return ModelRunner(_model(blocks=True), num_blocks=8, block_size=16, matmul_dtype=mode,
+                           threads=(1, 2), **kw)
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
+def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat16() -> None:
+    """Both packs resident; each step runs on the one for its rows, with that mode's pool
+    threads, and gives the very logits a runner with only that mode gives (the one-call layer
+    included), whichever side the previous step ran on."""
+    from inference.engine.runner import AUTO
+
+    auto = _runner(AUTO, quant_max_rows=2)
+    alone = {"quant": _runner(kernels.QUANT), "bfloat16": _runner(torch.bfloat16)}
+    cases = [(1, "quant", 2), (3, "bfloat16", 0), (2, "quant", 2), (-5, "bfloat16", 0),
+             (1, "quant", 2)]
+    for rows, side, pool in cases:
+        got = auto.execute(_step(rows))
+        assert auto.packs_in_use == side and auto.pool_threads == pool
+        layer = auto.model.layers[0]
+        want_type = quant.PackedQuant if side == "quant" else _cpu.PackedBF16
+        assert isinstance(layer.down_packed, want_type) and layer.one_call
+        assert auto.model.quantized == (side == "quant")
+        assert torch.equal(got, alone[side].execute(_step(rows))), (rows, side)
+
+
+@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
+def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> None:
+    """Layer pause: a 3-row step stopped after one layer, a 1-row (quantized) step in between,
+    then the rest: the same logits as the 3-row step run whole."""
+    from inference.engine.runner import AUTO
+
+    auto, whole = _runner(AUTO, quant_max_rows=2), _runner(AUTO, quant_max_rows=2)
+    want = whole.execute(_step(3))
+    paused = auto.begin(_step(3))
+    assert not paused.advance(lambda: True)
+    auto.execute(_step(1, first=4))
+    assert auto.packs_in_use == "quant"
+    assert paused.advance(lambda: False)
+    assert torch.equal(paused.logits(), want) and auto.packs_in_use == "bfloat16"
+
+
+def test_the_threshold_is_a_config_field() -> None:
+    from inference.engine.config import EngineConfig
+
+    assert EngineConfig().quant_max_rows == 4  # measured crossover (docs/engine.md, "Auto")
+    with pytest.raises(ValueError, match="quant_max_rows"):
+        EngineConfig(quant_max_rows=-1)

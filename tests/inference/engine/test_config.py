@@ -33,7 +33,9 @@ def test_auto_matmul_dtype_follows_the_cpu(monkeypatch):
     import kernels
 
     monkeypatch.setattr(kernels, "quant_supported", lambda: True)
-    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == kernels.QUANT
+    for native, expected in ((True, "auto"), (False, kernels.QUANT)):  # "auto": both packs
+        monkeypatch.setattr(kernels, "bf16_matmul_supported", lambda native=native: native)
+        assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == expected
     monkeypatch.setattr(kernels, "quant_supported", lambda: False)  # no AVX2: as before
     for native, expected in ((True, torch.bfloat16), (False, None)):
         monkeypatch.setattr(kernels, "bf16_matmul_supported", lambda native=native: native)
