@@ -61,11 +61,15 @@ LASER_DEVICE: str = env("LASER_DEVICE", "auto", choices=("auto", "cpu", "cuda"))
 LASER_DTYPE: str | None = env("LASER_DTYPE", None, choices=DTYPES)
 # The paged KV cache; unset: float32 on CPU (its attention computes in float32), else LASER_DTYPE.
 LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTYPES)
-# CPU: "auto" runs the layers' matmuls in bfloat16 (float32 everywhere else) where the CPU has
-# native bfloat16 units in decode steps (prefills stay float32), 1.3-1.5x faster decode with
-# float32's greedy answers in bench/cpu_precision.py; "float32" is the exact mode (equal to
-# transformers); docs/engine.md.
+# CPU projections: "auto" keeps the GGUF's quantized blocks (int8 activations on VNNI/AVX2) and
+# bfloat16 packs, and runs a step of at most LASER_QUANT_MAX_ROWS tokens on the first (bound by
+# the bytes read: 96 MB a step against 270 MB) and wider steps on the second (bound by
+# arithmetic); "quant", "q8", "bfloat16" force one; "float32" is the exact mode (equal to
+# transformers); docs/engine.md, "Auto".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
+# auto: the widest step (in tokens) run on the quantized blocks; measured crossover ~6 rows on
+# one decode thread (bench/cpu_linear.py --auto), ~16 on two.
+LASER_QUANT_MAX_ROWS: int = env("LASER_QUANT_MAX_ROWS", 4, count)
 # KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
 # 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens), allocated and zeroed at start.
 LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)
@@ -81,10 +85,11 @@ LASER_LONG_PREFILL_CHUNK: int | None = env("LASER_LONG_PREFILL_CHUNK", None, cou
 # Requests the engine queues past which it refuses new ones fast.
 LASER_MAX_WAITING: int = env("LASER_MAX_WAITING", 1024, count)
 # The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
-# borrowing, cold deadline pacing); "priority", "partitioned" and "fcfs" are the baselines.
+# borrowing, cold deadline pacing); "priority", "edf", "partitioned" and "fcfs" are baselines.
 LASER_POLICY: str = env("LASER_POLICY", "laser", choices=POLICIES)
-# laser: refuse a hot request (503 + Retry-After) only when its estimated time to first token
-# passes this many times its contract's target; below that it is served late, not refused.
+# laser: a hot request that cannot start within its target is demoted to warm with notice; a
+# request is refused (503 + Retry-After) only when the warm backlog ahead of it passes this many
+# times the warm mean-TTFT target.
 LASER_OVERLOAD_TTFT_FACTOR: float = env("LASER_OVERLOAD_TTFT_FACTOR", 10.0, factor)
 # Reuse the KV blocks of a tenant's identical prompt prefixes.
 LASER_PREFIX_CACHING: bool = env("LASER_PREFIX_CACHING", True, bool)
@@ -107,6 +112,7 @@ LASER_ENGINE_CONFIG: dict[str, Any] = {
     "dtype": LASER_DTYPE,
     "kv_cache_dtype": LASER_KV_CACHE_DTYPE,
     "matmul_dtype": LASER_MATMUL_DTYPE,
+    "quant_max_rows": LASER_QUANT_MAX_ROWS,
     "block_size": LASER_KV_BLOCK_SIZE,
     "kv_memory_mb": float(LASER_KV_MEMORY_MB),
     "max_num_batched_tokens": LASER_MAX_BATCH_TOKENS,
