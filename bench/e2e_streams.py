@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,10 +74,12 @@ def start(env: dict, log: Path, args: list[str], ready: str) -> tuple[subprocess
 
 @contextmanager
 def laser_server(extra_env: dict | None = None, remote: bool = False,
-                 worker_threads: int | None = None) -> Iterator[tuple[str, str]]:
+                 worker_threads: int | None = None,
+                 setup: Callable[[dict], None] | None = None) -> Iterator[tuple[str, str]]:
     """What ``make run`` serves, in a throwaway ``LASER_VAR_DIR`` (SQLite, embedded engine unless
     ``remote``): migrate, ``bootstrap_demo``, ``serve --port 0``; yields (url, demo API key) and
-    stops it (and the ``remote`` worker) on exit. ``extra_env`` overrides settings."""
+    stops it (and the ``remote`` worker) on exit. ``extra_env`` overrides settings; ``setup(env)``
+    runs after ``bootstrap_demo``, before the server starts (e.g. ``manage(env, ...)``)."""
     with tempfile.TemporaryDirectory() as var_dir:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
         env.update(LASER_VAR_DIR=var_dir, PYTHONUNBUFFERED="1", **(extra_env or {}))
@@ -88,6 +90,8 @@ def laser_server(extra_env: dict | None = None, remote: bool = False,
         manage(env, "migrate", "--noinput")
         manage(env, "bootstrap_demo")
         key = (Path(var_dir) / "demo_api_key").read_text().strip()
+        if setup is not None:
+            setup(env)
         try:
             if remote:
                 threads = worker_threads or len(os.sched_getaffinity(0))
