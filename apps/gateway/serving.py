@@ -36,7 +36,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from apps.gateway import admission, ratelimit
@@ -137,13 +137,16 @@ class Served:
             self.collector.fold(delta)
             yield delta
 
-    async def complete(self) -> Completion:
-        """Run to the end and close (an ``abort`` from the engine is a 503 ``aborted``); an
-        engine error closes it as refused or interrupted and raises its ``APIError``."""
+    async def complete(self, on_delta: Callable[[Delta], None] | None = None) -> Completion:
+        """Run to the end and close, handing each delta to ``on_delta`` (a transport's frame
+        writer); an ``abort`` from the engine is a 503 ``aborted``; an engine error closes it as
+        refused or interrupted and raises its ``APIError``."""
         try:
             async for delta in self.deltas():
                 if delta.finish_reason == "abort":
                     raise AbortedByServer()
+                if on_delta is not None:
+                    on_delta(delta)
         except asyncio.CancelledError:
             await self.close(CANCELLED, code="client_disconnected")
             raise

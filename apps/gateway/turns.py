@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apps.gateway import serving
-from apps.gateway.errors import AbortedByServer
 from apps.gateway.params import CHAT, served_model_id
-from apps.gateway.reporting import CANCELLED, OK
 from apps.gateway.responses import tier_change_info
 from apps.gateway.slots import Caller
 from apps.slo.services import tbt_stats
+from inference.request import Delta
 from laser_platform.errors import APIError, BadRequestError
 
 Emit = Callable[[dict[str, Any]], None]
@@ -71,23 +70,19 @@ async def run_turn(session: Session, params: dict[str, Any], *, caller: Caller,
     except APIError as exc:
         return exc
     request_id = served.request_id
+
+    def relay(delta: Delta) -> None:
+        if delta.tier_change is not None:
+            emit({"type": "tier_changed", "session_id": session.session_id,
+                  **tier_change_info(delta.tier_change)})
+        if delta.text or delta.index == 0:
+            emit({"type": "delta", "session_id": session.session_id,
+                  "request_id": request_id, "index": delta.index, "text": delta.text})
+
     try:
-        async for delta in served.deltas():
-            if delta.tier_change is not None:
-                emit({"type": "tier_changed", "session_id": session.session_id,
-                      **tier_change_info(delta.tier_change)})
-            if delta.finish_reason == "abort":
-                raise AbortedByServer()
-            if delta.text or delta.index == 0:
-                emit({"type": "delta", "session_id": session.session_id,
-                      "request_id": request_id, "index": delta.index, "text": delta.text})
-    except asyncio.CancelledError:
-        await served.close(CANCELLED, code="client_disconnected")
-        raise
-    except Exception as exc:
-        return await served.close_for(exc)
-    result = await served.close(OK)
-    assert result is not None
+        result = await served.complete(relay)
+    except APIError as exc:
+        return exc
     session.history.append({"role": "assistant", "content": result.text})
     emit(_done_message(session, result))
     return None

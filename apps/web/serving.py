@@ -4,14 +4,14 @@ tenant, and turns its deltas into the socket's messages."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 
-from apps.gateway.serving import CANCELLED, CHAT, OK, AbortedByServer, Caller, Completion, serve
+from apps.gateway.serving import CHAT, Caller, Completion, serve
 from apps.slo.services import tbt_stats
+from inference.request import Delta
 from laser_platform.errors import APIError
 
 Emit = Callable[[dict[str, Any]], None]
@@ -46,22 +46,18 @@ async def serve_turn(*, caller: Caller, conversation_id: str, history: list[dict
                              session_id=f"{caller.tenant.pk}:web:{conversation_id}")
     except APIError as exc:
         return exc
+
+    def relay(delta: Delta) -> None:
+        change = delta.tier_change
+        if change is not None:
+            emit({"type": "tier_changed", "from": str(change.from_tier),
+                  "to": str(change.to_tier), "reason": change.reason})
+        if delta.text:
+            emit({"type": "delta", "request_id": served.request_id, "text": delta.text})
+
     try:
-        async for delta in served.deltas():
-            change = delta.tier_change
-            if change is not None:
-                emit({"type": "tier_changed", "from": str(change.from_tier),
-                      "to": str(change.to_tier), "reason": change.reason})
-            if delta.finish_reason == "abort":
-                raise AbortedByServer()
-            if delta.text:
-                emit({"type": "delta", "request_id": served.request_id, "text": delta.text})
-    except asyncio.CancelledError:
-        await served.close(CANCELLED, code="client_disconnected")
-        raise
-    except Exception as exc:
-        return await served.close_for(exc)
-    result = await served.close(OK)
-    assert result is not None
+        result = await served.complete(relay)
+    except APIError as exc:
+        return exc
     emit(_done(result))
     return [*history, {"role": "assistant", "content": result.text}]
