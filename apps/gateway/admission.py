@@ -147,11 +147,9 @@ def contract_limits(contract: ContractSnapshot, burst_factor: float = 1.0) -> ra
 async def aburst_factor(tenant: Any) -> float:
     """The tenant's plan's burst factor (no query when its plan is loaded, as the key's and
     the user's tenant have it)."""
-    from apps.tenants.models import Tenant
-    from apps.tenants.plans import atenant_limits, tenant_limits
+    from apps.tenants.plans import atenant_limits, plan_loaded, tenant_limits
 
-    if isinstance(tenant, Tenant) and tenant.plan_id is not None and \
-            Tenant.plan.is_cached(tenant):
+    if plan_loaded(tenant):
         return tenant_limits(tenant).burst_factor
     return (await atenant_limits(tenant)).burst_factor
 

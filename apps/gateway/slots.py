@@ -108,11 +108,9 @@ def caps_for(tenant: Tenant) -> Caps:
     """
     import logging
 
-    from apps.tenants.models import Tenant as TenantModel
-    from apps.tenants.plans import tenant_limits
+    from apps.tenants.plans import plan_loaded, tenant_limits
 
-    loaded = tenant.plan_id is not None and TenantModel.plan.is_cached(tenant)
-    if not loaded and _on_event_loop():
+    if not plan_loaded(tenant) and _on_event_loop():
         logging.getLogger(__name__).warning("tenant %s has no plan loaded: pre-plan caps",
                                             tenant.pk)
         return Caps(settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_TENANT_MAX_INFLIGHT,

@@ -99,6 +99,12 @@ def plan_of(tenant: TenantRef) -> Plan | None:
     return plan or default_plan()
 
 
+def plan_loaded(tenant: TenantRef) -> bool:
+    """Whether ``tenant`` carries its plan, so ``tenant_limits`` reads it without a query."""
+    return isinstance(tenant, Tenant) and tenant.plan_id is not None and \
+        Tenant.plan.is_cached(tenant)
+
+
 def tenant_limits(tenant: TenantRef) -> TenantLimits:
     """Tenant-wide caps of ``tenant``'s plan.
 
@@ -106,8 +112,8 @@ def tenant_limits(tenant: TenantRef) -> TenantLimits:
     ``tenant_for_user`` and ``membership_for_user`` load it); else 1-2 queries, so async code
     without a loaded plan calls ``atenant_limits``.
     """
-    if isinstance(tenant, Tenant) and tenant.plan_id is not None and \
-            Tenant.plan.is_cached(tenant):
+    if plan_loaded(tenant):
+        assert isinstance(tenant, Tenant)
         plan = tenant.plan
     else:
         plan = plan_of(tenant) or Plan(name="")  # no plan at all: the model's defaults
