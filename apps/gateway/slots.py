@@ -8,6 +8,7 @@ gets 429 ``rate_limit_exceeded`` with ``Retry-After``, never a queue.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -18,6 +19,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from laser_platform.errors import AuthenticationError, RateLimitError
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from apps.tenants.models import ApiKey, Tenant
@@ -106,13 +109,10 @@ def caps_for(tenant: Tenant) -> Caps:
     read without a query. Off the loop a tenant without its plan loaded is looked up; on the loop
     it gets the platform's pre-plan caps (``LASER_KEY_MAX_*``), with a warning.
     """
-    import logging
-
     from apps.tenants.plans import plan_loaded, tenant_limits
 
     if not plan_loaded(tenant) and _on_event_loop():
-        logging.getLogger(__name__).warning("tenant %s has no plan loaded: pre-plan caps",
-                                            tenant.pk)
+        logger.warning("tenant %s has no plan loaded: pre-plan caps", tenant.pk)
         return Caps(settings.LASER_KEY_MAX_INFLIGHT, settings.LASER_TENANT_MAX_INFLIGHT,
                     settings.LASER_KEY_MAX_SOCKETS)
     limits = tenant_limits(tenant)
