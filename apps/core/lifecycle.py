@@ -27,6 +27,7 @@ class Component:
     start: Callable[[], None]
     stop: Callable[[], None]
     ready: Callable[[], bool] | None = None
+    reason: Callable[[], str | None] | None = None  # why it is not ready, when it can say
 
 
 class Lifecycle:
@@ -44,11 +45,12 @@ class Lifecycle:
         start: Callable[[], None],
         stop: Callable[[], None],
         ready: Callable[[], bool] | None = None,
+        reason: Callable[[], str | None] | None = None,
     ) -> Component:
         with self._lock:
             if any(c.name == name for c in self._components):
                 raise ValueError(f"component {name!r} is already registered")
-            component = Component(name, start, stop, ready)
+            component = Component(name, start, stop, ready, reason)
             self._components.append(component)
             return component
 
@@ -103,7 +105,8 @@ class Lifecycle:
             if component not in self._started:
                 reasons.append(f"{component.name} (not started)")
             elif component.ready is not None and not _safe_ready(component):
-                reasons.append(component.name)
+                why = component.reason() if component.reason is not None else None
+                reasons.append(f"{component.name} ({why})" if why else component.name)
         return reasons
 
     def reset(self) -> None:
@@ -129,9 +132,10 @@ def register_component(
     start: Callable[[], None],
     stop: Callable[[], None],
     ready: Callable[[], bool] | None = None,
+    reason: Callable[[], str | None] | None = None,
 ) -> Component:
     """Register a component of the embedded process (call from ``AppConfig.ready()``)."""
-    return lifecycle.register(name, start, stop, ready)
+    return lifecycle.register(name, start, stop, ready, reason)
 
 
 def is_draining() -> bool:

@@ -27,10 +27,17 @@ def _ready() -> bool:
     return get_engine_client(start=False).ready
 
 
+def _reason() -> str | None:
+    """Why the engine is not ready, when it says (a failed step loop waiting to restart)."""
+    from apps.gateway.engine import get_engine_client
+
+    return getattr(get_engine_client(start=False), "not_ready_reason", None)
+
+
 def install() -> None:
     """Register the engine with ``apps.core.lifecycle`` (embedded serving process only)."""
     if not getattr(settings, "LASER_EMBEDDED", False):
         return
     from apps.core.lifecycle import register_component
 
-    register_component("engine", start=_start, stop=_stop, ready=_ready)
+    register_component("engine", start=_start, stop=_stop, ready=_ready, reason=_reason)

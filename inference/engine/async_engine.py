@@ -4,13 +4,20 @@ The step loop sleeps on a condition when there is nothing to do (no busy loop). 
 each request's ``asyncio.Queue`` through ``loop.call_soon_threadsafe``, one call per event loop
 and step. Admission runs in the caller's ``await generate(...)``, so every refusal is raised before
 any work; closing, cancelling or dropping a stream aborts its request.
+
+A step loop that raises is restarted with backoff (``restart_backoff_s``): every open stream
+ends with ``EngineUnavailable`` (an error frame, booked as an interruption), every request is
+dropped with its KV blocks, and ``ready`` is False, with ``not_ready_reason`` saying why, until
+the loop runs again (docs/faults.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -24,6 +31,9 @@ from .llm_engine import LLMEngine
 from .stats import EngineStats, max_token_bytes
 
 _IDLE_POLL_S = 0.005  # an empty plan with work queued (a policy holding work back): re-check
+_HEALTHY_S = 60.0  # a step loop that ran this long before failing starts the backoff afresh
+
+logger = logging.getLogger(__name__)
 
 
 class DeltaStream:
@@ -99,6 +109,10 @@ class AsyncEngine:
         engine: an existing engine (tests, benchmarks).
     """
 
+    #: (first, longest) wait before restarting a failed step loop; the wait doubles while the
+    #: loop keeps failing within ``_HEALTHY_S`` of its restart.
+    restart_backoff_s: tuple[float, float] = (0.5, 30.0)
+
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None):
         self.config = config or (engine.config if engine is not None else EngineConfig())
         self.engine = engine
@@ -110,6 +124,8 @@ class AsyncEngine:
         self._stopping = False
         self._loaded = threading.Event()
         self.error: BaseException | None = None
+        self.restarts = 0  # step-loop failures survived
+        self.not_ready_reason: str | None = None  # set while a failed loop waits to restart
         self._prompt_bytes: int | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -146,6 +162,7 @@ class AsyncEngine:
     @property
     def ready(self) -> bool:
         return (self._loaded.is_set() and self.error is None and not self._stopping
+                and self.not_ready_reason is None
                 and self._thread is not None and self._thread.is_alive())
 
     # ---- EngineClient --------------------------------------------------------------------
@@ -232,11 +249,41 @@ class AsyncEngine:
             if self.engine is None:
                 self.engine = LLMEngine(self.config)
             self._loaded.set()
-            self._loop()
+            self._run_restarting()
         except BaseException as exc:  # noqa: BLE001 - reported to every open stream
             self.error = exc
             self._loaded.set()
             self._fail_all(EngineUnavailable(f"the engine failed: {exc!r}"))
+
+    def _run_restarting(self) -> None:
+        """Run the step loop until ``stop``; restart it with backoff whenever it raises."""
+        delay = 0.0
+        while True:
+            started = time.monotonic()
+            try:
+                self._loop()
+                return
+            except Exception as exc:
+                first, longest = self.restart_backoff_s
+                healthy = time.monotonic() - started >= _HEALTHY_S
+                delay = first if healthy or not delay else min(2 * delay, longest)
+                logger.exception("the engine's step loop failed; restarting in %.1f s", delay)
+                self.not_ready_reason = f"the step loop failed ({exc!r}); restarting"
+                self._recover(EngineUnavailable(f"the engine failed: {exc!r}"))
+            with self._cond:
+                if self._cond.wait_for(lambda: self._stopping, timeout=delay):
+                    return
+            self.restarts += 1
+            self.not_ready_reason = None
+            logger.warning("the engine's step loop restarted (%d so far)", self.restarts)
+
+    def _recover(self, error: BaseException) -> None:
+        """After a failed step: end every open stream with ``error`` and drop every request
+        (a step that raised midway leaves them in no state worth resuming)."""
+        self._fail_all(error)
+        self._deferred_aborts.clear()
+        if self.engine is not None:
+            self.engine.abort_all()
 
     def _loop(self) -> None:
         engine = self.engine

@@ -78,6 +78,9 @@ class EngineConfig:
         layer_pause: let a policy that asks for it (``laser``) stop a step without hot work
             between two decoder layers when hot work arrives or falls due, run the hot step,
             then resume (docs/engine.md, "Layer pause").
+        ignore_eos: tests and benchmarks only (no setting or API parameter reaches it): every
+            request runs to ``max_tokens``, as if the model had no end-of-sequence token
+            (the storm tests, docs/faults.md).
     """
 
     model: str | None = None
@@ -99,6 +102,7 @@ class EngineConfig:
     num_threads: int | None = None
     wide_threads: int | None = None
     layer_pause: bool = True
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or self.device.startswith("cuda")):

@@ -85,8 +85,8 @@ class LLMEngine:
                                   threads=(narrow, config.wide_threads or narrow),
                                   quant_max_rows=config.quant_max_rows)
         self.sampler = Sampler()
-        self.eos_token_ids = frozenset(loaded.config.eos_token_ids) | frozenset(
-            getattr(loaded, "stop_token_ids", ()))
+        self.eos_token_ids = frozenset() if config.ignore_eos else frozenset(
+            loaded.config.eos_token_ids) | frozenset(getattr(loaded, "stop_token_ids", ()))
         self._requests: dict[str, RequestState] = {}
         self._choices: dict[str, tuple[RequestState, Choice]] = {}
         self._lock = threading.RLock()
@@ -158,6 +158,15 @@ class LLMEngine:
             deltas = abort_deltas(state)
             self._forget(state)
             return deltas
+
+    def abort_all(self) -> None:
+        """Drop every request and a paused forward (the step loop failed midway)."""
+        with self._lock:
+            for request_id in list(self._requests):
+                self.abort(request_id)
+            if self._paused is not None:
+                self._paused = None
+                self.scheduler.release()
 
     def has_unfinished(self) -> bool:
         with self._lock:
