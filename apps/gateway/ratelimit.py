@@ -10,10 +10,16 @@ ends with the real count: concurrent requests cannot overrun either while they s
 requests against a budget of B tokens deliver at most B in total. A request whose output does not
 fit what the budget has left is clipped to it (``clip``: the client left ``max_tokens`` open) or
 refused with ``QUOTA``.
+
+Redis down (or not answering within ``_REDIS_TIMEOUT_S``): ``check`` refuses with
+``LimiterUnavailable`` (503 ``rate_limiter_unavailable``, logged), since admitting unmetered would
+break every tenant's contract at once; a failed ``settle`` is logged by its caller and leaves the
+reservation to expire with its window (every key is written with its TTL in one transaction).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -22,6 +28,10 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+
+from laser_platform.errors import EngineOverloadedError
+
+logger = logging.getLogger(__name__)
 
 # ARGV: budget, rpm, tpm (the contract's, -1: unlimited), prompt tokens, output tokens per
 # choice, choices, clip (1/0), rpm and tpm ceilings (the burst ceiling, -1: unlimited). Returns
@@ -58,6 +68,17 @@ return {0, out, within}
 
 ADMITTED, LIMITED, QUOTA = 0, 1, 2
 _DAY_TTL_S = 2 * 86400
+_REDIS_TIMEOUT_S = 2.0  # connect and reply: a hung Redis must not hold requests for long
+
+
+class LimiterUnavailable(EngineOverloadedError):
+    """503: the shared counters (Redis) do not answer, so no request can be metered."""
+
+    code = "rate_limiter_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("The rate limiter is unavailable (its Redis does not answer); retry "
+                         "shortly.", retry_after=2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,11 +200,14 @@ class RedisLimiter:
         import redis
         import redis.asyncio as aredis
 
-        self._sync = redis.Redis.from_url(url)
+        self._redis = redis
+        self._sync = redis.Redis.from_url(url, **self._timeouts)
         self._url = url
         self._aredis = aredis
         self._async: dict[int, object] = {}  # one client per event loop
         self._script = self._sync.register_script(_ADMIT_LUA)
+
+    _timeouts = {"socket_timeout": _REDIS_TIMEOUT_S, "socket_connect_timeout": _REDIS_TIMEOUT_S}
 
     def _aclient(self):
         import asyncio
@@ -191,7 +215,8 @@ class RedisLimiter:
         loop_id = id(asyncio.get_running_loop())
         client = self._async.get(loop_id)
         if client is None:
-            client = self._async[loop_id] = self._aredis.Redis.from_url(self._url)
+            client = self._async[loop_id] = self._aredis.Redis.from_url(self._url,
+                                                                          **self._timeouts)
         return client
 
     @staticmethod
@@ -213,15 +238,26 @@ class RedisLimiter:
 
     def check(self, tenant_id: str, tier: str, limits: Limits, ask: Ask, now: float) -> Verdict:
         keys = _keys(tenant_id, tier, now)
-        result = self._script(keys=list(keys), args=self._args(limits, ask))
+        try:
+            result = self._script(keys=list(keys), args=self._args(limits, ask))
+        except (self._redis.RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
         return self._verdict(result, keys, ask, now)
 
     async def acheck(self, tenant_id: str, tier: str, limits: Limits, ask: Ask,
                      now: float) -> Verdict:
         keys = _keys(tenant_id, tier, now)
         client = self._aclient()
-        result = await client.eval(_ADMIT_LUA, 3, *keys, *self._args(limits, ask))
+        try:
+            result = await client.eval(_ADMIT_LUA, 3, *keys, *self._args(limits, ask))
+        except (self._redis.RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
         return self._verdict(result, keys, ask, now)
+
+    def _unavailable(self, exc: Exception) -> LimiterUnavailable:
+        logger.warning("rate limiter: Redis at %s failed (%s); refusing with 503",
+                       self._sync.get_connection_kwargs().get("host"), exc)
+        return LimiterUnavailable()
 
     @staticmethod
     def _settle_on(pipe: Any, ticket: Ticket, actual_tokens: int) -> None:
