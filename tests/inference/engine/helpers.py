@@ -33,13 +33,13 @@ def tiny_tokenizer() -> Tokenizer:
     return Tokenizer(backend, bos_token=None, eos_token="<|endoftext|>")
 
 
-@lru_cache(maxsize=2)
-def tiny_loaded(seed: int = 0) -> LoadedModel:
+@lru_cache(maxsize=3)
+def tiny_loaded(seed: int = 0, max_position: int = 256) -> LoadedModel:
     """A random Llama (GQA, untied head) whose vocabulary is the tiny tokenizer's."""
     tok = tiny_tokenizer()
     config = ModelConfig(vocab_size=tok.vocab_size, hidden_size=64, intermediate_size=96,
                          num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                         max_position=256, eos_token_ids=(0,))
+                         max_position=max_position, eos_token_ids=(0,))
     gen = torch.Generator().manual_seed(seed)
     state = {}
     for name, shape in expected_shapes(config).items():
