@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
@@ -46,6 +47,7 @@ FINISHED = ("stop", "length")
 KINDS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
 _RETRY_S = 1.0  # wait before resending a line refused for now without saying how long
 HEARTBEAT_S = 60.0  # well under LASER_BATCH_STALL_S, and one UPDATE a minute per chunk
+DB_DOWN = (OperationalError, InterfaceError)  # the database went away: the chunk runs again
 
 
 @dataclass(slots=True)
@@ -178,7 +180,7 @@ class ChunkRunner:
         if exc is None:
             await self._finish(line, task.result(), requeue=True)
             return
-        if isinstance(exc.__cause__, EngineUnavailable) or isinstance(exc, EngineUnavailable):
+        if any(isinstance(e, (EngineUnavailable, *DB_DOWN)) for e in (exc, exc.__cause__)):
             raise exc  # the task retries the whole chunk later; this line stays pending
         if isinstance(exc, APIError) and retryable(exc):  # paced: rpm/tpm, caps, saturation
             wait = float(exc.headers.get("Retry-After", _RETRY_S))

@@ -14,7 +14,7 @@ from celery import shared_task
 from django.conf import settings
 
 from apps.batches import sweep as sweeping
-from apps.batches.execution import chunk_run
+from apps.batches.execution import DB_DOWN, chunk_run
 from apps.batches.finalize import batch_finalize
 from apps.batches.services import batch_touch, batch_validate
 from inference.errors import EngineUnavailable
@@ -34,18 +34,25 @@ def validate_batch(batch_id: int) -> None:
     soft_time_limit=None, time_limit=settings.LASER_BATCH_CHUNK_HARD_LIMIT_S, **_SAFE,
 )
 def run_chunk(self, batch_id: int, first: int, last: int) -> None:
-    """Run lines ``first..last``; hand back what the soft limit left; finalize when done."""
+    """Run lines ``first..last``; hand back what the soft limit left; finalize when done.
+
+    The engine or the database away: the chunk runs again later (a failed task would be acked
+    and its lines left to the sweep); the lines it wrote are skipped then."""
     from apps.batches import dispatch
 
     try:
         result = chunk_run(batch_id=batch_id, first=first, last=last)
+        if result.leftover:
+            batch_touch(batch_id=batch_id)
+            dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0],
+                                  result.leftover[-1])
+        batch_finalize(batch_id=batch_id)
     except EngineUnavailable as exc:
         logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)
         raise self.retry(exc=exc, countdown=5) from exc
-    if result.leftover:
-        batch_touch(batch_id=batch_id)
-        dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0], result.leftover[-1])
-    batch_finalize(batch_id=batch_id)
+    except DB_DOWN as exc:
+        logger.warning("database unavailable for batch %s (%s); retrying chunk", batch_id, exc)
+        raise self.retry(exc=exc, countdown=2) from exc
 
 
 @shared_task(name="batches.finalize", **_SAFE)

@@ -19,15 +19,21 @@ from pathlib import Path
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port of the range that nothing listens on."""
+    """A port of the range that nothing listens on and this process has not handed out."""
     low, high = (int(x) for x in os.environ.get("LASER_FAULT_PORTS", "18400-18499").split("-"))
     for port in range(low, high + 1):
+        if port in _handed_out:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {low}-{high}")
 
