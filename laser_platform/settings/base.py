@@ -126,6 +126,8 @@ REST_FRAMEWORK = {
 # tests and other management commands never start the engine or a worker thread.
 LASER_EMBEDDED: bool = env("LASER_EMBEDDED", False, bool)
 LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
+# While draining, the listener stays open this long: late requests get 503 (retry elsewhere).
+LASER_DRAIN_ACCEPT_S: float = env("LASER_DRAIN_ACCEPT_S", 2.0, float)
 # last_used_at is written at most this often per key, not on every request.
 LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
 # Deepest JSON accepted in a request body or a batch input line (laser_platform/jsonbody.py).

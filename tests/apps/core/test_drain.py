@@ -1,6 +1,7 @@
 """SIGTERM while a stream is in flight (issue 18): ``manage.py serve`` (embedded engine over the
 tiny random model) lets the stream run to its last token and ``[DONE]`` within
-``LASER_DRAIN_TIMEOUT``, then exits 0."""
+``LASER_DRAIN_TIMEOUT``, then exits 0; meanwhile ``/ready`` and a new request get 503 (the
+listener stays open ``LASER_DRAIN_ACCEPT_S``), and once it closed a new connection is refused."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,6 +29,7 @@ def _env(tmp_path: Path, model: Path) -> dict[str, str]:
     env.update(LASER_VAR_DIR=str(tmp_path), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
                LASER_MODEL=str(model), LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16",
                LASER_THREADS="1", LASER_MAX_MODEL_LEN="1024", LASER_DRAIN_TIMEOUT="60",
+               LASER_DRAIN_ACCEPT_S="3",
                LASER_BATCH_EMBEDDED_WORKER="0", LASER_MODEL_CACHE=str(tmp_path / "models"))
     return env
 
@@ -39,8 +42,6 @@ def _manage(env: dict[str, str], *args: str) -> str:
 
 
 def _stream(url: str, key: str, events: list[str]) -> None:
-    import httpx
-
     body = {"model": "smollm2-135m-instruct", "stream": True, "max_tokens": TOKENS,
             "temperature": 0, "messages": [{"role": "user", "content": "count"}]}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120,
@@ -48,6 +49,13 @@ def _stream(url: str, key: str, events: list[str]) -> None:
         for line in response.iter_lines():
             if line.startswith("data: "):
                 events.append(line[len("data: "):])
+
+
+def _new_request(url: str, key: str):
+    body = {"model": "smollm2-135m-instruct", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "late"}]}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {key}"})
 
 
 def test_sigterm_lets_the_stream_in_flight_finish(tmp_path):
@@ -80,12 +88,19 @@ def test_sigterm_lets_the_stream_in_flight_finish(tmp_path):
         assert len(events) >= 3, "".join(output)
         server.send_signal(signal.SIGTERM)
         signalled, at_signal = time.monotonic(), len(events)
+        late = _new_request(url, key)
+        ready = httpx.get(f"{url}/ready", timeout=10)
         client.join(90)
         assert server.wait(timeout=90) == 0, "".join(output)
         assert time.monotonic() - signalled < 60  # within LASER_DRAIN_TIMEOUT
     finally:
         server.kill()
         server.wait()
+    assert late.status_code == 503 and late.json()["error"]["code"] == "draining", late.text
+    assert late.headers["Retry-After"]
+    assert ready.status_code == 503 and "draining" in ready.json()["error"]["message"]
+    with pytest.raises(httpx.ConnectError):  # the listener closed after LASER_DRAIN_ACCEPT_S
+        _new_request(url, key)
     assert at_signal < len(events) - 10, (at_signal, len(events))  # it was mid-stream
     assert events[-1] == "[DONE]", events[-3:]
     chunks = [json.loads(e) for e in events[:-1]]

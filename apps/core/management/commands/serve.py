@@ -44,6 +44,7 @@ class Command(BaseCommand):
             host=options["host"],
             port=options["port"],
             drain_timeout=drain,
+            drain_accept_s=settings.LASER_DRAIN_ACCEPT_S,
             log_level=options["log_level"],
             on_listening=listening,
         )
