@@ -279,11 +279,13 @@ class AsyncEngine:
 
     def _recover(self, error: BaseException) -> None:
         """After a failed step: end every open stream with ``error`` and drop every request
-        (a step that raised midway leaves them in no state worth resuming)."""
-        self._fail_all(error)
-        self._deferred_aborts.clear()
-        if self.engine is not None:
-            self.engine.abort_all()
+        (a step that raised midway leaves them in no state worth resuming). Under ``_cond``,
+        so a request ``generate`` adds meanwhile is either failed here or kept whole."""
+        with self._cond:
+            self._fail_all(error)
+            self._deferred_aborts.clear()
+            if self.engine is not None:
+                self.engine.abort_all()
 
     def _loop(self) -> None:
         engine = self.engine
