@@ -1,10 +1,10 @@
 """Redis and PostgreSQL restart under a running batch (issue 18): a web front end
 (``manage.py serve``) and a real Celery worker (the tiny model in its own engine) on a
 PostgreSQL cluster and a Redis (broker and rate limiter) of the test's own (``servers.py``).
-Redis is killed (a crash; ``appendonly`` as in production) and started again a third of the way
-in, PostgreSQL stopped (``pg_ctl -m fast``: every session cut) and started again two thirds of the
-way in. Every line ends in the output file exactly once, none in an error file, and each line's
-SLO record is booked once.
+Redis is killed (a crash; ``appendonly`` as in production) and started again a quarter of the
+way in, PostgreSQL stopped (``pg_ctl -m fast``: every session cut) and started again half way.
+Every line ends in the output file exactly once, none in an error file, and each line's SLO
+record is booked once.
 """
 
 from __future__ import annotations
@@ -94,12 +94,12 @@ def test_redis_and_postgres_restart_mid_batch_lose_and_double_nothing(tmp_path, 
         batch = client.batches.create(input_file_id=uploaded.id, completion_window="24h",
                                       endpoint="/v1/completions")
 
-        _midway(client, batch.id, LINES // 3)
+        _midway(client, batch.id, LINES // 4)
         redis.kill()
         time.sleep(DOWN_S)
         redis.start()
 
-        _midway(client, batch.id, 2 * LINES // 3)
+        _midway(client, batch.id, LINES // 2)
         pg.stop("fast")
         time.sleep(DOWN_S)
         pg.start()
