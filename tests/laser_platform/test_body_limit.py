@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from laser_platform.body_limit import FORM_OVERHEAD_BYTES, BodyLimit, limit_for
+from tests import test_openapi_fuzz
 
 LIMIT = 1000
+server = test_openapi_fuzz.server  # the project's ASGI app in uvicorn on a free port
 
 
 class Recorder:
@@ -112,18 +114,6 @@ def test_pages_outside_the_api_get_a_line_of_text(small):
 
 
 # --- through uvicorn ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def server(django_db_blocker: Any) -> Any:
-    from tests.apps.gateway.live import LiveServer, close_server_connections
-
-    live = LiveServer()
-    live.start()
-    yield live
-    live.stop()
-    with django_db_blocker.unblock():
-        close_server_connections()
 
 
 def _connect(server: Any) -> socket.socket:
