@@ -1,6 +1,7 @@
 """Soak: mixed hot/warm/cold traffic through the gateway for a long while; nothing may grow.
 
-    .venv/bin/python bench/soak.py [--minutes 30] [--sample-s 60] [--hot 2] [--batch-lines 8]
+    .venv/bin/python bench/soak.py [--minutes 30] [--sample-s 60] [--warmup-s 300] [--hot 2]
+        [--batch-lines 8]
 
 What ``make run`` serves (``manage.py serve``: one process with the engine, the gateway and the
 Celery worker thread; bundled SmolLM2), with ``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL``
@@ -13,10 +14,11 @@ Every ``--sample-s`` seconds: the server's RSS, the fraction of KV blocks in use
 requests running (``/metrics``), Redis keys (all, and those without a TTL), open PostgreSQL
 connections to the database, and the rows of every table per request served so far. After the
 traffic stops and the last batch ends: one more sample of the idle server (KV and running back to
-0). Each series, from the second sample on, gets a least-squares slope; it *grew* when the slope
-is at least 3 standard errors above 0 and its growth over the run exceeds ``--tolerance`` (10 %)
-of its mean (and one unit). Prints a table and the verdicts; writes ``bench/out/soak.json`` and
-``bench/out/soak.png``.
+0). Each series, from the samples after ``--warmup-s`` on (windows with a TTL, such as the rate
+limiter's Redis keys, fill up to a plateau first), gets a least-squares slope; it *grew* when the
+slope is at least 3 standard errors above 0 and its growth over the run exceeds ``--tolerance``
+(10 %) of its mean (and one unit); RSS when it grew more than ``--rss-mb`` (64 MB). Prints a
+table and the verdicts; writes ``bench/out/soak.json`` and ``bench/out/soak.png``.
 """
 
 from __future__ import annotations
@@ -212,8 +214,11 @@ async def sampler(ctx: dict, counts: Counters, stop: asyncio.Event, every: float
 # --- verdicts -------------------------------------------------------------------------------
 
 
-def slope_test(ts: list[float], ys: list[float], tolerance: float) -> dict[str, Any]:
-    """Least-squares slope of ``ys`` over ``ts``, its standard error, and whether it grew."""
+def slope_test(ts: list[float], ys: list[float], tolerance: float,
+               absolute: float | None = None) -> dict[str, Any]:
+    """Least-squares slope of ``ys`` over ``ts``, its standard error, and whether it grew: a
+    slope 3 standard errors above 0 whose growth over the run passes ``absolute`` when given,
+    else ``tolerance`` times the mean (and one unit of a count)."""
     points = [(t, y) for t, y in zip(ts, ys, strict=True) if not math.isnan(y)]
     n = len(points)
     if n < 3:
@@ -225,7 +230,8 @@ def slope_test(ts: list[float], ys: list[float], tolerance: float) -> dict[str, 
     se = math.sqrt(residual / (n - 2) / sxx) if n > 2 else math.inf
     growth = slope * (points[-1][0] - points[0][0])
     significant = slope > 0 and (se == 0 or slope / se >= 3.0)
-    grew = significant and growth > max(1e-9, tolerance * abs(my), _unit(my))
+    bound = absolute if absolute is not None else max(1e-9, tolerance * abs(my), _unit(my))
+    grew = significant and growth > bound
     return {"n": n, "slope_per_min": slope * 60, "se_per_min": se * 60, "growth": growth,
             "mean": my, "grew": bool(grew)}
 
@@ -296,7 +302,11 @@ def main() -> None:
     parser.add_argument("--hot", type=int, default=2, help="concurrent hot chat clients")
     parser.add_argument("--tokens", type=int, default=32, help="max_tokens per request")
     parser.add_argument("--batch-lines", type=int, default=8)
+    parser.add_argument("--warmup-s", type=float, default=300.0,
+                        help="samples before this are shown and plotted, not slope-tested")
     parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--rss-mb", type=float, default=64.0,
+                        help="RSS growth over the run that counts (the weights dwarf 10 %%)")
     parser.add_argument("--out", type=Path, default=OUT / "soak.json")
     args = parser.parse_args()
     database_url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
@@ -310,9 +320,10 @@ def main() -> None:
                "database_url": database_url, "proc": server_process()}
         ctx["rows0"] = _postgres(database_url)["rows"]
         result = asyncio.run(soak(url, key, ctx, args))
-    rows = result["rows"][1:]  # the first sample is the warm-up
+    rows = [r for r in result["rows"][1:] if r["t_s"] >= args.warmup_s]
     ts = [r["t_s"] for r in rows]
-    verdicts = {k: slope_test(ts, [float(r[k]) for r in rows], args.tolerance)
+    verdicts = {k: slope_test(ts, [float(r[k]) for r in rows], args.tolerance,
+                              args.rss_mb if k == "rss_mb" else None)
                 for k, (_, tested) in SERIES.items() if tested}
     idle = result["idle"]
     verdicts["idle_kv_zero"] = {"grew": idle["kv_usage"] > 0 or idle["running"] > 0}
