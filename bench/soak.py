@@ -4,8 +4,9 @@
         [--batch-lines 8]
 
 What ``make run`` serves (``manage.py serve``: one process with the engine, the gateway and the
-Celery worker thread; bundled SmolLM2), with ``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL``
-from the environment, in a fresh ``LASER_VAR_DIR``. Traffic, all with the openai SDK and the
+Celery worker thread; bundled SmolLM2), on a fresh database created on ``DATABASE_URL``'s
+PostgreSQL server (dropped at the end) and ``REDIS_URL`` (give it a Redis database of its own:
+its keys are counted), in a fresh ``LASER_VAR_DIR``. Traffic, all with the openai SDK and the
 demo key: ``--hot`` clients streaming chats (``service_tier="priority"``), one in ten hanging up
 after three chunks; one warm client (non-streamed, ``service_tier="warm"``); a cold client that
 uploads a ``--batch-lines`` JSONL file and runs it as a batch, one after the other.
@@ -33,8 +34,11 @@ import re
 import secrets
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
@@ -139,6 +143,23 @@ async def cold_client(client: Any, stop: asyncio.Event, counts: Counters, lines:
         except Exception as exc:
             counts.fail("cold", exc)
             await asyncio.sleep(2)
+
+
+@contextmanager
+def fresh_database(url: str) -> Iterator[str]:
+    """A new database on ``url``'s server for the run (rows and connections are its own)."""
+    import psycopg
+
+    name = f"laser_soak_{secrets.token_hex(4)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = %s", (name,))
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 # --- sampling -------------------------------------------------------------------------------
@@ -314,12 +335,13 @@ def main() -> None:
         sys.exit("set DATABASE_URL=postgres://... and REDIS_URL=redis://... (the soak measures "
                  "both)")
     token = secrets.token_urlsafe(16)
-    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "LASER_METRICS_TOKEN": token}
-    with laser_server(extra_env=env) as (url, key):
-        ctx = {"url": url, "token": token, "redis_url": redis_url,
-               "database_url": database_url, "proc": server_process()}
-        ctx["rows0"] = _postgres(database_url)["rows"]
-        result = asyncio.run(soak(url, key, ctx, args))
+    with fresh_database(database_url) as soak_db:
+        env = {"DATABASE_URL": soak_db, "REDIS_URL": redis_url, "LASER_METRICS_TOKEN": token}
+        with laser_server(extra_env=env) as (url, key):
+            ctx = {"url": url, "token": token, "redis_url": redis_url, "database_url": soak_db,
+                   "proc": server_process()}
+            ctx["rows0"] = _postgres(soak_db)["rows"]
+            result = asyncio.run(soak(url, key, ctx, args))
     rows = [r for r in result["rows"][1:] if r["t_s"] >= args.warmup_s]
     ts = [r["t_s"] for r in rows]
     verdicts = {k: slope_test(ts, [float(r[k]) for r in rows], args.tolerance,
