@@ -40,8 +40,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psutil
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -165,13 +163,22 @@ def fresh_database(url: str) -> Iterator[str]:
 # --- sampling -------------------------------------------------------------------------------
 
 
-def server_process() -> psutil.Process:
-    """Our child running ``manage.py serve``."""
-    for proc in psutil.Process().children(recursive=True):
-        cmd = proc.cmdline()
-        if "manage.py" in cmd and "serve" in cmd:
-            return proc
+def server_process() -> int:
+    """The pid of our child running ``manage.py serve`` (Linux ``/proc``)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == os.getpid() and b"manage.py" in cmd and b"serve" in cmd:
+            return int(stat.parent.name)
     raise RuntimeError("the server process was not found")
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) / 1024
 
 
 def _metrics(url: str, token: str) -> dict[str, float]:
@@ -212,7 +219,7 @@ def _postgres(database_url: str) -> dict[str, int]:
 def sample(ctx: dict, counts: Counters, t0: float) -> dict[str, Any]:
     row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "requests": counts.requests,
                            "errors": counts.errors, "batches": counts.batches}
-    row["rss_mb"] = ctx["proc"].memory_info().rss / 2**20
+    row["rss_mb"] = rss_mb(ctx["pid"])
     row.update(_metrics(ctx["url"], ctx["token"]))
     row.update(_redis(ctx["redis_url"]))
     row.update(_postgres(ctx["database_url"]))
@@ -339,7 +346,7 @@ def main() -> None:
         env = {"DATABASE_URL": soak_db, "REDIS_URL": redis_url, "LASER_METRICS_TOKEN": token}
         with laser_server(extra_env=env) as (url, key):
             ctx = {"url": url, "token": token, "redis_url": redis_url, "database_url": soak_db,
-                   "proc": server_process()}
+                   "pid": server_process()}
             ctx["rows0"] = _postgres(soak_db)["rows"]
             result = asyncio.run(soak(url, key, ctx, args))
     rows = [r for r in result["rows"][1:] if r["t_s"] >= args.warmup_s]
