@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP goes to Django (static files included), WebSocket to Channels."""
+"""ASGI entry point: HTTP goes to Django (static files included) behind the body-size guard,
+WebSocket to Channels."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from laser_platform.body_limit import BodyLimit  # noqa: E402
 from laser_platform.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # Static files (admin CSS/JS) are served by the app itself so one process is enough in
         # embedded mode; behind a proxy, serve `collectstatic` output from the proxy instead.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # BodyLimit answers 413 past the route's body limit before Django reads the body.
+        "http": BodyLimit(ASGIStaticFilesHandler(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

@@ -22,13 +22,13 @@ class JSONTooDeep(ValueError):
 
 def json_depth(value: Any) -> int:
     """Nesting depth of a parsed JSON value: 0 for a scalar, 1 for ``[]`` / ``{}``."""
-    deepest, stack = 0, [(value, 1)]
+    deepest, stack = 0, [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
         children = item.values() if isinstance(item, dict) else item
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest if isinstance(value, (dict, list)) else 0
+    return deepest
 
 
 def loads_bounded(raw: str | bytes, *, max_depth: int | None = None, **kwargs: Any) -> Any:

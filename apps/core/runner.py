@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
+from django.conf import settings
 
 from apps.core.lifecycle import Lifecycle, lifecycle
 
@@ -78,6 +79,7 @@ def serve(
         host=host,
         port=port,
         lifespan="off",  # Django's ASGI handler has no lifespan; components are started here
+        ws_max_size=settings.LASER_WS_MAX_MESSAGE_BYTES,  # bigger frames: 1009, unassembled
         timeout_graceful_shutdown=drain_timeout,
         log_level=log_level,
     )

@@ -5,6 +5,9 @@ Authentication never puts the key in the URL: either subprotocols ``["laser.v1",
 ``{"type": "auth", "api_key": ...}`` within ``LASER_WS_AUTH_TIMEOUT``; anything else closes the
 socket with 4401, as does a turn that finds the key revoked or expired since. Past the key's
 open-socket cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429.
+A binary, empty, malformed or too deeply nested frame gets an ``error`` message
+(``invalid_json``); one past ``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009
+(``laser_platform/ws_frames.py``); a fault of ours is logged and closes with 1011.
 The origin is checked by ``AllowedHostsOriginValidator`` in ``asgi.py``.
 
 In: ``{"type": "chat", "session_id", "messages" | "content", "params"}``, ``{"type":
@@ -29,7 +32,13 @@ from django.conf import settings
 from apps.gateway.slots import Caller, slots
 from apps.gateway.turns import Session, apply_turn_messages, run_turn
 from apps.tenants.selectors import aapi_key_resolve
-from laser_platform.errors import APIError, BadRequestError
+from laser_platform.errors import APIError, BadRequestError, ServerError
+from laser_platform.ws_frames import (
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_TOO_BIG,
+    MessageTooBig,
+    decode_frame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +55,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.outbox: asyncio.Queue = asyncio.Queue(maxsize=settings.LASER_WS_SEND_QUEUE)
         self.closing = False
+        self.closer: asyncio.Future | None = None  # the slow-reader close, referenced till done
         protocols = self.scope.get("subprotocols") or []
         await self.accept(SUBPROTOCOL if SUBPROTOCOL in protocols else None)
         self.writer = asyncio.create_task(self._write())
@@ -76,6 +86,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._shut(CLOSE_UNAUTHENTICATED)
 
     # ---- in -----------------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        try:
+            content = decode_frame(text_data, bytes_data)
+        except MessageTooBig as exc:
+            await self._shut(CLOSE_TOO_BIG, {"type": "error", **exc.body()})
+            return
+        except APIError as exc:
+            if self.caller is None:
+                await self._shut(CLOSE_UNAUTHENTICATED)
+            else:
+                self._error(None, exc)
+            return
+        try:
+            await self.receive_json(content)
+        except Exception:
+            logger.exception("websocket message failed; closing with %d", CLOSE_INTERNAL_ERROR)
+            error = ServerError("The server had an error processing your message.")
+            await self._shut(CLOSE_INTERNAL_ERROR, {"type": "error", **error.body()})
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if self.caller is None:
@@ -94,12 +124,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.emit({"type": "pong"})
         else:
             self._error(None, BadRequestError(f"Unknown message type {kind!r}.", param="type"))
-
-    async def decode_json(self, text_data: str) -> Any:
-        try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return {"type": "invalid"}
 
     def _session(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
@@ -155,7 +179,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.outbox.put_nowait(message)
         except asyncio.QueueFull:
             logger.warning("websocket reader too slow; closing with %d", CLOSE_SLOW_READER)
-            asyncio.ensure_future(self._shut(CLOSE_SLOW_READER))
+            self.closer = asyncio.ensure_future(self._shut(CLOSE_SLOW_READER))
 
     def _error(self, session_id: str | None, exc: APIError) -> None:
         self.emit({"type": "error", "session_id": session_id, **exc.body()})

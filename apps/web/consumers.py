@@ -6,7 +6,10 @@ The tenant is the one chosen in the web app's session, and the user must be a me
 (else 4403). Turns run as that user (``serving.serve`` with a user caller): a user removed from
 the tenant since gets a 401 error and the socket closes with 4401; past the user's open-socket
 cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429. One
-conversation per socket, kept here.
+conversation per socket, kept here. Frames are bounded as on ``/ws/chat/``
+(``laser_platform/ws_frames.py``): a bad one gets an ``error`` message, one past
+``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009; a fault of ours is logged
+and closes with 1011.
 
 In: ``{"type": "chat", "content", "tier", "max_tokens"}``, ``{"type": "stop"}``, ``{"type":
 "reset"}`` (new conversation), ``{"type": "ping"}``. Out: ``ready``, then per turn ``delta``...,
@@ -29,7 +32,13 @@ from apps.gateway.serving import slots
 from apps.web.access import is_member, tenant_for_session
 from apps.web.chat import ChatSetup, chat_setup, turn_params
 from apps.web.serving import browser_caller, serve_turn
-from laser_platform.errors import APIError, BadRequestError
+from laser_platform.errors import APIError, BadRequestError, ServerError
+from laser_platform.ws_frames import (
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_TOO_BIG,
+    MessageTooBig,
+    decode_frame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +54,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
         self.history: list[dict] = []
         self.conversation = uuid.uuid4().hex
         self.closing = False
+        self.closer: asyncio.Future | None = None  # the slow-reader close, referenced till done
         self.socket_open = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -77,6 +87,24 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
             return None
         return chat_setup(tenant)
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        try:
+            content = decode_frame(text_data, bytes_data)
+        except MessageTooBig as exc:
+            self._error(exc)
+            await self._shut(CLOSE_TOO_BIG)
+            return
+        except APIError as exc:
+            self._error(exc)
+            return
+        try:
+            await self.receive_json(content)
+        except Exception:
+            logger.exception("web chat message failed; closing with %d", CLOSE_INTERNAL_ERROR)
+            self._error(ServerError("The server had an error processing your message."))
+            await self._shut(CLOSE_INTERNAL_ERROR)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "chat":
@@ -93,12 +121,6 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
             self.emit({"type": "pong"})
         else:
             self._error(BadRequestError(f"Unknown message type {kind!r}.", param="type"))
-
-    async def decode_json(self, text_data: str) -> Any:
-        try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return {"type": "invalid"}
 
     def _chat(self, content: dict) -> None:
         try:
@@ -146,7 +168,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
             self.closing = True
             if self.turn is not None:
                 self.turn.cancel()
-            asyncio.ensure_future(self.close(CLOSE_SLOW_READER))
+            self.closer = asyncio.ensure_future(self.close(CLOSE_SLOW_READER))
 
     async def _shut(self, code: int) -> None:
         """Send what is queued, then close with ``code``."""

@@ -24,6 +24,8 @@ LASER_GATEWAY_MAX_QUEUED: int = env("LASER_GATEWAY_MAX_QUEUED", 512, int)
 LASER_RATELIMIT_REDIS_URL: str = env("LASER_RATELIMIT_REDIS_URL", env("REDIS_URL", ""))
 # WebSocket: messages queued for a slow reader before the socket is closed with 4008.
 LASER_WS_SEND_QUEUE: int = env("LASER_WS_SEND_QUEUE", 256, int)
+# WebSocket: largest incoming message; a bigger one gets an error and the close code 1009.
+LASER_WS_MAX_MESSAGE_BYTES: int = env("LASER_WS_MAX_MESSAGE_BYTES", LASER_MAX_REQUEST_BYTES, int)
 # WebSocket: seconds an unauthenticated socket may wait before its first `auth` message.
 LASER_WS_AUTH_TIMEOUT: float = env("LASER_WS_AUTH_TIMEOUT", 10.0, float)
 # WebSocket: chat sessions kept per connection, and messages kept per session.

@@ -105,7 +105,7 @@ async def test_an_uncontracted_tier_and_bad_input_are_clear_errors(world_sync, f
     await ws.send_json_to({"type": "chat", "content": "  "})
     assert (await ws.receive_json_from())["error"]["param"] == "content"
     await ws.send_to(text_data="not json")
-    assert (await ws.receive_json_from())["error"]["param"] == "type"
+    assert (await ws.receive_json_from())["error"]["code"] == "invalid_json"
     assert fake.requests == []
     await ws.disconnect()
 
