@@ -36,10 +36,11 @@ def drive(engine, arrival_steps: int, per_step: int, prompt_len: int):
         if step < arrival_steps:
             for _ in range(per_step):
                 rid = f"r{len(seen)}"
-                seen[rid] = {"arrival": time.time()}
+                req = replace(request(rid, prompt_ids(prompt_len, len(seen)), max_tokens=4),
+                              targets=TARGETS)
+                seen[rid] = {"arrival": req.arrival_time}  # the engine's own arrival stamp
                 try:
-                    engine.add_request(replace(request(rid, prompt_ids(prompt_len, len(seen)),
-                                                       max_tokens=4), targets=TARGETS))
+                    engine.add_request(req)
                 except EngineOverloaded:
                     seen[rid]["refused"] = seen[rid]["arrival"]
         elif not engine.has_unfinished():
