@@ -75,7 +75,8 @@ def start(env: dict, log: Path, args: list[str], ready: str) -> tuple[subprocess
 @contextmanager
 def laser_server(extra_env: dict | None = None, remote: bool = False,
                  worker_threads: int | None = None,
-                 setup: Callable[[dict], None] | None = None) -> Iterator[tuple[str, str]]:
+                 setup: Callable[[dict], None] | None = None,
+                 port: int = 0) -> Iterator[tuple[str, str]]:
     """What ``make run`` serves, in a throwaway ``LASER_VAR_DIR`` (SQLite, embedded engine unless
     ``remote``): migrate, ``bootstrap_demo``, ``serve --port 0``; yields (url, demo API key) and
     stops it (and the ``remote`` worker) on exit. ``extra_env`` overrides settings; ``setup(env)``
@@ -98,7 +99,7 @@ def laser_server(extra_env: dict | None = None, remote: bool = False,
                 procs.append(start({**env, "LASER_THREADS": str(threads)},
                                    Path(var_dir) / "worker.log", ["run_engine"], "ready on")[0])
             proc, url = start(env, Path(var_dir) / "server.log",
-                              ["serve", "--port", "0", "--log-level", "warning"],
+                              ["serve", "--port", str(port), "--log-level", "warning"],
                               r"(?<=serving on )http://\S+")
             procs.append(proc)
             yield url, key

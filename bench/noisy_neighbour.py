@@ -147,6 +147,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=60, help="seconds of traffic per row")
     ap.add_argument("--tokens", type=int, default=64, help="max_tokens of each chat")
     ap.add_argument("--burst", type=float, default=6, help="the plan's burst_factor")
+    ap.add_argument("--port", type=int, default=0, help="the server's port (0: any free one)")
+    ap.add_argument("--out", default=str(OUT), help="where the JSON goes")
     ap.add_argument("--from-json", default=None, help="print the table of an earlier run's JSON")
     args = ap.parse_args()
     if args.from_json:
@@ -164,7 +166,7 @@ def main() -> None:
                      for t, (slug, m) in plan.items()} for label, plan in RUNS.items()}
     rows: dict[str, dict] = {}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    with laser_server(setup=setup) as (url, demo_key):
+    with laser_server(setup=setup, port=args.port) as (url, demo_key):
         asyncio.run(run_row(url, {"b": {**keys["b"], "key": demo_key}}, {"B": ("b", 1)},
                             argparse.Namespace(**{**vars(args), "duration": 2, "rpm": 60})))
         for label, plan in plans.items():
@@ -177,7 +179,7 @@ def main() -> None:
           f"Rule off (ablation) = A's traffic sent from a tenant whose contract is "
           f"{tenants['a-full']} req/min, so none of it is marked excess.")
     print(table(rows))
-    write_report(OUT, args, {"started": started, "contracts": {
+    write_report(ROOT / args.out, args, {"started": started, "contracts": {
         s: {k: v for k, v in d.items() if k != "key"} for s, d in keys.items()}, "rows": rows})
 
 

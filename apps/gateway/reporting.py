@@ -57,6 +57,7 @@ class Trace:
     batch_id: str | None = None
     deadline: float | None = None
     user_id: int | None = None  # a signed-in user's turn (web chat, a web-app batch)
+    in_contract: bool = True  # admitted within the contract's rates (False: excess)
     done: bool = False
 
     def discard(self) -> None:
@@ -81,7 +82,8 @@ class Trace:
                 api_key_id=self.api_key_id, user_id=self.user_id,
                 contract_version_id=self.contract_version_id,
                 tier_asked=self.tier_asked, tier_served=tier_served,
-                demoted=bool(result and result.demoted), endpoint=self.endpoint,
+                demoted=bool(result and result.demoted), in_contract=self.in_contract,
+                endpoint=self.endpoint,
                 streamed=self.streamed, arrival=self.arrival,
                 first_token_at=result.first_token_at if result else None,
                 finished_at=time.time(), ttft_s=result.ttft_s if result else None,

@@ -291,7 +291,7 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         burst = 1.0 if batch_id is not None else await admission.aburst_factor(caller.tenant)
         served.admitted = await admission.aadmit(tenant=caller.tenant, tier=tier,
                                                  contract=contract, ask=ask, burst_factor=burst)
-        request.in_contract = served.admitted.in_contract
+        request.in_contract = served.trace.in_contract = served.admitted.in_contract
         if served.admitted.output != request.sampling.max_tokens:
             request.sampling = dataclasses.replace(request.sampling,
                                                    max_tokens=served.admitted.output)

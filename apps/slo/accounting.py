@@ -40,6 +40,7 @@ def base_stats(records: Sequence[Any], seconds: float) -> dict[str, Any]:
         "requests": len(records),
         "outcomes": outcomes,
         "demoted": sum(1 for r in records if r.demoted),
+        "excess": sum(1 for r in records if not r.in_contract),
         "prompt_tokens": sum(r.prompt_tokens for r in records),
         "completion_tokens": completion,
         "tokens_per_s": completion / seconds if seconds > 0 else 0.0,

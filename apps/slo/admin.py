@@ -203,7 +203,7 @@ class RequestRecordAdmin(EvidenceAdmin):
     list_display = ("finished_at", "request_id", "tenant", "api_key", "user", "tier_asked",
                     "tier_served", "outcome", "ttft_s", "tbt_p99_s", "prompt_tokens",
                     "completion_tokens")
-    list_filter = ("tier_asked", "outcome", "demoted")
+    list_filter = ("tier_asked", "outcome", "demoted", "in_contract")
     list_select_related = ("tenant", "api_key", "user")
     search_fields = ("request_id",)
     date_hierarchy = "finished_at"

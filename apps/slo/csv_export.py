@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from django.http import HttpResponse
 
-STAT_COLUMNS = ("requests", "demoted", "prompt_tokens", "completion_tokens", "tokens_per_s",
-                "ttft_p50_s", "ttft_p99_s", "ttft_mean_s", "tbt_p99_s", "tbt_max_s")
+STAT_COLUMNS = ("requests", "demoted", "excess", "prompt_tokens", "completion_tokens",
+                "tokens_per_s", "ttft_p50_s", "ttft_p99_s", "ttft_mean_s", "tbt_p99_s", "tbt_max_s")
 OUTCOME_COLUMNS = ("ok", "interrupted", "rejected_429", "rejected_503", "rejected_400", "error",
                    "cancelled", "expired")
 TERMS = ("ttft_p99", "ttft_within", "tbt_p99", "interruption_rate", "demotions", "warm_floor",

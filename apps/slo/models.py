@@ -154,6 +154,8 @@ class RequestRecord(models.Model):
     tier_asked = models.CharField(max_length=8, choices=Tier.choices)
     tier_served = models.CharField(max_length=8, choices=Tier.choices, blank=True)
     demoted = models.BooleanField(default=False)
+    # False: admitted as excess, above the contract's rates (under the plan's burst ceiling)
+    in_contract = models.BooleanField(default=True)
     endpoint = models.CharField(max_length=64, blank=True)
     streamed = models.BooleanField(default=False)
     arrival = models.DateTimeField()

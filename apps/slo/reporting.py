@@ -54,6 +54,7 @@ class RequestReport:
     contract_version_id: int | None = None
     tier_served: str | None = None
     demoted: bool = False
+    in_contract: bool = True  # False: admitted as excess (above the contract's rates)
     endpoint: str = ""
     streamed: bool = False
     first_token_at: Timestamp = None

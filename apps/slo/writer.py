@@ -25,6 +25,7 @@ def _record(report: RequestReport) -> RequestRecord:
         tier_asked=report.tier_asked,
         tier_served=report.tier_served or report.tier_asked,
         demoted=report.demoted,
+        in_contract=report.in_contract,
         endpoint=report.endpoint[:64],
         streamed=report.streamed,
         arrival=to_datetime(report.arrival),

@@ -132,6 +132,16 @@ class Accounting:
                                    math.inf, 0.0, False, False, False, True, job,
                                    seq.deadline, seq.tenant_id, 0.0, seq.targets.ttft_p99_s))
 
+    def refused_live(self, seq_id: str, now: float, reason: str) -> None:
+        """An admitted request the scheduler dropped before its first token: refused (its
+        outcome wait is still the demotion's, which came first)."""
+        lv = self.live.pop(seq_id)
+        self.refusals[f"{lv.tier}: {reason.split(':')[0]}"] += 1
+        wait = (lv.demoted_at if lv.demoted_at is not None else now) - lv.arrival
+        self.records.append(Record(lv.tier, lv.arrival, math.inf, 0.0, 0, math.inf, 0.0, False,
+                                   False, False, True, lv.job, None, lv.tenant, wait,
+                                   lv.ttft_target, lv.demoted_at is not None))
+
     def kv_sample(self, dt: float, unused_slots: int, kept_out: bool = False) -> None:
         self.frag_slot_s += dt * unused_slots
         if kept_out:  # the same slots, in steps where they kept waiting work out

@@ -117,6 +117,8 @@ class _Run:
                 acc.demoted(seq_id, change.at)
             elif change.from_tier is Tier.COLD:
                 acc.promotions += 1
+        for seq_id, reason in plan.refused:  # demoted, then past warm's bound
+            acc.refused_live(seq_id, self.now, reason)
         if plan.is_empty:  # the policy holds everything back: wait for time or an arrival
             nxt = self.trace[self.next].arrival_s if self.next < len(self.trace) else math.inf
             self.now = min(self.now + self.cfg.idle_tick_s, nxt)

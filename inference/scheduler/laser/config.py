@@ -100,7 +100,9 @@ class LaserAblations:
     ``contract_first_enabled`` off serves excess traffic (``Sequence.in_contract`` False)
     like in-contract traffic; ``overload_demotion_enabled`` off leaves late hot requests
     whose contract is not demotable in hot (served after the on-time ones) and refuses by
-    the hot queue's wait instead of warm's backlog."""
+    the hot queue's wait instead of warm's backlog (and refuses no demoted request at warm's
+    bound); ``tbt_share_enabled`` off runs every decode each step even when the other rows
+    push the step past an in-contract hot stream's TBT target (``share.py``)."""
 
     reserve_enabled: bool = True
     chunking_enabled: bool = True
@@ -115,6 +117,7 @@ class LaserAblations:
     layer_pause_enabled: bool = True
     contract_first_enabled: bool = True
     overload_demotion_enabled: bool = True
+    tbt_share_enabled: bool = True
 
     @classmethod
     def none(cls) -> LaserAblations:

@@ -20,6 +20,7 @@ from inference.request import Tier
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.laser.share import decodes_within, protected
 from inference.scheduler.laser.slack import Speeds, hot_slack_frac, warm_gap_s
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
@@ -199,6 +200,12 @@ class StepFill:
             decodes = [(k, q) for k, q in decodes if not k[1]]
         safety = v.tbt_safety
         hot_caps = [safety * g for g in hot_tbt] if ab.chunking_enabled else []
+        kept_tbt = [q.targets.tbt_p99_s for k, q in decodes if protected(k, q)]
+        if kept_tbt and ab.tbt_share_enabled:  # the others take turns under hot's TBT cap
+            kept = decodes_within(decodes, safety * min(kept_tbt), v.cost)
+            self.context -= sum(q.num_computed_tokens for _, q in decodes) - sum(
+                q.num_computed_tokens for _, q in kept)
+            decodes = kept
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)

@@ -9,6 +9,10 @@ counts against hot, docs/slo.md). Admission refuses a hot request only when it w
 *and* warm's backlog in front of it is past warm's own bound (``overload_ttft_factor`` times
 the warm mean-TTFT target). So no hot request waits past its TTFT target plus one step
 without being served, demoted or refused (docs/simulator.md, "Overload and bounded waits").
+A demoted request then waits at most warm's bound: one still without its first token past
+``overload_ttft_factor`` times its warm mean-TTFT target is refused (``StepPlan.refused``; the
+engine ends it with ``abort``, the gateway answers 503 with ``Retry-After``). Warm serves
+in-contract work before excess, so excess reaches the bound, and is refused, first.
 """
 
 from __future__ import annotations
@@ -17,14 +21,15 @@ from inference.errors import EngineOverloaded
 from inference.request import Tier
 from inference.scheduler.laser.fill import MIN_HOT_CHUNK
 from inference.scheduler.laser.triage import HotJob, late_jobs, prefill_work_s
-from inference.sequence import Sequence
+from inference.sequence import Sequence, SequenceStatus
 
 HOT, WARM = Tier.HOT, Tier.WARM
 
 
 class HotTriage:
-    """Mixed into ``LaserScheduler`` (which provides the queues, ``state``, ``policy``,
-    ``ablations``, ``speeds``, ``cost``, ``rank``, ``key``, ``excess`` and ``_retier``)."""
+    """Mixed into ``LaserScheduler`` (which provides the queues, ``state``, ``pause``,
+    ``policy``, ``ablations``, ``speeds``, ``cost``, ``rank``, ``key``, ``excess`` and
+    ``_retier``)."""
 
     def _hot_pending(self) -> list[Sequence]:
         """Hot sequences still owed their first token (aged ones keep plain EDF)."""
@@ -74,6 +79,25 @@ class HotTriage:
         for seq_id in late ^ st.hot_late:
             self._moved(seq_id)
         st.hot_late = late
+
+    def _refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
+        """Refuse demoted sequences (asked hot, served as warm) still owed their first token
+        past warm's bound, ``overload_ttft_factor`` x the warm mean-TTFT target: (seq id,
+        reason) pairs for the plan. Under sustained hot overload warm prefill is deferred
+        step after step (hot comes first), and without this a demoted request waited until
+        aging made it hot again (30 s on the CPU engine). One in a paused forward is refused
+        too (its blocks are freed when the forward completes)."""
+        factor = self.policy.overload_ttft_factor
+        overdue = [s for q in (self.running, self.waiting, self.pause.held) for s in q
+                   if s.asked_tier is HOT and s.tier is WARM and s.first_token_time is None
+                   and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
+        refused = []
+        for seq in overdue:
+            limit = factor * seq.targets.warm_mean_ttft_s
+            refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
+                                        f"token within {limit:.2f} s"))
+            self._finish(seq, SequenceStatus.FINISHED_ABORTED)
+        return tuple(refused)
 
     def _may_demote(self) -> bool:
         """Triage demotes within ``triage_demotion_budget`` of the hot requests admitted."""

@@ -193,10 +193,11 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             self._demotion_step(now, changes)
         if ab.triage_enabled:
             self._triage(now, changes)
+        refused = self._refuse_overdue(now) if ab.overload_demotion_enabled else ()
         fill, preempted, finish = self._fill(now)
         self._after_step(fill, now)
         plan = self.make_plan(fill.items, preempted, tier_changes=tuple(changes),
-                              finish_paused=finish)
+                              finish_paused=finish, refused=refused)
         st.last_tokens = max(1, plan.num_batched_tokens)
         if self._may_pause(plan):
             plan = replace(plan, pause_until=self.pause_due_at())

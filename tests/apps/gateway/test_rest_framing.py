@@ -205,6 +205,8 @@ async def test_auth_method_and_rate_limit(fake, limited_key):
     assert excess.status_code == 200
     # the engine request says which: the first in contract, the second excess
     assert [r.in_contract for r in fake.requests] == [True, False]
+    # and so does the SLO record
+    assert [r.in_contract for r in await _records() if r.outcome == "ok"] == [True, False]
     assert r401.json()["error"]["type"] == "authentication_error"
     assert r429.status_code == 429 and int(r429["Retry-After"]) >= 1
     assert r429.json()["error"]["code"] == "rate_limit_exceeded"

@@ -114,6 +114,13 @@ def test_demotions_count_against_hot_unless_demotable(tenant, make_report):
     assert row["stats"]["demoted"] == 2
 
 
+def test_excess_requests_are_marked_and_counted(tenant, make_report):
+    # the gateway's mark (admitted above the contract's rates) lands on the record
+    _send(*[make_report(tenant, ttft=0.05, in_contract=i % 3 != 0) for i in range(9)])
+    assert RequestRecord.objects.filter(in_contract=False).count() == 3
+    assert _one(tiers=["hot"])["stats"]["excess"] == 3
+
+
 def test_warm_floor_and_mean_ttft(tenant, make_report):
     # 21 tokens over 1 s of generation = 20 tok/s: at the contracted rate (floor 19).
     fast = make_report(tenant, tier="warm", ttft=1.0, duration=2.0, completion_tokens=21)

@@ -113,7 +113,8 @@ def test_budgets_respected_and_blocks_conserved(reqs, policy):
     for p in plans:
         assert p.num_batched_tokens <= 16
         assert len({s.seq_id for s in p.scheduled}) == len(p.scheduled)
-    assert len(finished) == total
+    # laser refuses demoted requests past warm's bound (the plan says which)
+    assert len(finished) + sum(len(p.refused) for p in plans) == total
     assert sched.kv.num_free_blocks == sched.kv.num_blocks
 
 

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
+from inference.scheduler import LaserPolicyConfig
 from inference.sim import SimConfig, simulate
+from inference.sim.cost_model import cost_model_for
 from inference.sim.profiles import traces_dir
 from inference.sim.scenarios import mark_contract, multi_turn
 from inference.sim.summary import summarize
@@ -82,3 +84,39 @@ def test_multi_turn_sessions_grow_a_shared_prefix():
             assert b.arrival_s > a.arrival_s and b.tenant == a.tenant
             assert b.prompt_tokens > a.prompt_tokens + a.output_tokens - 1
             assert b.prefix_blocks[:len(a.prefix_blocks)] == a.prefix_blocks
+
+
+class LongestStep:
+    """The calibrated cost model, remembering the longest step it priced."""
+
+    def __init__(self, cost) -> None:
+        self.cost, self.longest = cost, 0.0
+
+    def plan_time(self, chunks) -> float:
+        t = self.cost.plan_time(chunks)
+        self.longest = max(self.longest, t)
+        return t
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
+
+
+@pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
+@settings(max_examples=3, deadline=None)
+@given(st.integers(0, 10_000), st.floats(45.0, 90.0))
+def test_multi_turn_at_its_highest_load_keeps_the_bound(seed, duration):
+    # MT at load 2, the highest the docs run it at (issue 19 item 3): every hot turn is
+    # served, demoted or refused within its target plus the longest step, and a demoted one
+    # gets its first token within warm's bound (overload factor x warm mean TTFT) plus a step
+    # or is refused
+    cfg = SimConfig(policy="laser")
+    cost = LongestStep(cost_model_for(cfg.gpu, cfg.model))
+    run = simulate(multi_turn(2.0, duration, seed=seed), cfg, cost=cost)
+    hot = [r for r in run.accounting.records if r.tier is Tier.HOT]
+    assert hot
+    slack = cost.longest + cfg.idle_tick_s
+    warm_bound = LaserPolicyConfig().overload_ttft_factor * cfg.contracts.warm_mean_ttft_s
+    for r in hot:
+        assert r.outcome_wait <= r.ttft_target + slack, r
+        if r.served_as_warm and not r.refused:
+            assert r.ttft <= warm_bound + slack, r
