@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels  # noqa: E402
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
-from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.engine.runner import LayerwiseForward  # noqa: E402
+from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.request import EngineRequest, SamplingParams  # noqa: E402
 from kernels import _cpu  # noqa: E402
 
