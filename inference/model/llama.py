@@ -286,6 +286,10 @@ class LlamaModel(nn.Module):
         if self.lm_head_screen is None or (exact and not self.quantized):
             return kernels.linear(hidden, weight, self.lm_head_packed)
         logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
+        k = min(SCREEN_TOP, logits.shape[-1])
+        if kernels.use_native(hidden) and _cpu.rescore_top(logits, hidden.contiguous(),
+                                                            weight, k):
+            return logits  # the same pass in C: no [N, K, hidden] gather, no topk
         top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]
         exact = torch.einsum("nd,nkd->nk", hidden, weight[top])
         return logits.scatter_(1, top, exact)

@@ -51,6 +51,7 @@ SIGNATURES = {
     "laser_decoder_stack": (_int, _int, ctypes.c_void_p, _ptr, _int, _ptr, _int, _ptr, _ptr,
                             _f32, _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr,
                             _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
+    "laser_rescore_top": (_ptr, _i64, _i64, _int, _ptr, _i64, _ptr, _int),
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
     "laser_q_block_bytes": (_int,),
@@ -420,3 +421,20 @@ def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: S
         residual.data_ptr(), int(first), layers, formats, eps, DTYPES[act], num_tokens, hidden,
         num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, slots, block_size,
         tables, stride, lens, qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
+
+
+def rescore_top(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
+                k: int) -> bool:
+    """``LlamaModel.compute_logits``' exact pass in C (``laser_rescore_top``): each row's
+    ``k`` (at most 256) largest screened ``logits`` ``[N, V]`` replaced in place by
+    ``hidden`` ``[N, D]`` times ``weight`` ``[V, D]`` in float32. False (nothing done) where
+    a tensor is not a contiguous float32 CPU one of those shapes."""
+    for t in (logits, hidden, weight):
+        if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+            return False
+    num_rows, vocab = logits.shape
+    if hidden.shape[0] != num_rows or weight.shape != (vocab, hidden.shape[1]) or k > 256:
+        return False
+    library().laser_rescore_top(logits.data_ptr(), num_rows, vocab, k, hidden.data_ptr(),
+                                hidden.shape[1], weight.data_ptr(), _gemm_threads(num_rows))
+    return True

@@ -527,3 +527,54 @@ int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x,
     }
     return i;
 }
+
+/* ---- the LM head's exact rescoring --------------------------------------------------------
+ *
+ * After a screening head (bfloat16 or quantized) scored the vocabulary: per row, the k largest
+ * screened logits are scored again in float32 against the model's own head and written over
+ * their screened values (LlamaModel.compute_logits). One pass over the row keeps the k best
+ * (a sorted list: most logits fail its first comparison), then k dot products of `hidden`
+ * with head rows. logits: [N, V] float32, in place; hidden [N, D]; weight [V, D]. */
+typedef struct {
+    float *logits;
+    const float *hidden, *weight;
+    int64_t V, D;
+    int k;
+} rescore_job;
+
+static void rescore_row(void *arg, int64_t n) {
+    const rescore_job *j = (const rescore_job *)arg;
+    float *row = j->logits + n * j->V, best[256];
+    int64_t idx[256];
+    int k = j->k, have = 0;
+    for (int64_t v = 0; v < j->V; v++) {
+        float x = row[v];
+        if (have == k && !(x > best[k - 1])) continue;
+        int i = have < k ? have++ : k - 1; /* drop the smallest */
+        while (i > 0 && x > best[i - 1]) {
+            best[i] = best[i - 1];
+            idx[i] = idx[i - 1];
+            i--;
+        }
+        best[i] = x;
+        idx[i] = v;
+    }
+    const float *h = j->hidden + n * j->D;
+    for (int i = 0; i < have; i++) {
+        const float *w = j->weight + idx[i] * j->D;
+        float acc[8] = {0};
+        for (int64_t d = 0; d + 8 <= j->D; d += 8)
+            for (int t = 0; t < 8; t++) acc[t] += h[d + t] * w[d + t];
+        float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (int64_t d = j->D / 8 * 8; d < j->D; d++) s += h[d] * w[d];
+        row[idx[i]] = s;
+    }
+}
+
+void laser_rescore_top(float *logits, int64_t N, int64_t V, int k, const float *hidden,
+                       int64_t D, const float *weight, int threads) {
+    if (k > 256) k = 256;
+    if (k > V) k = (int)V;
+    rescore_job j = {logits, hidden, weight, V, D, k};
+    laser_pool_run(rescore_row, &j, N, threads < 1 ? 1 : threads);
+}
