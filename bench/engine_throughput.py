@@ -122,7 +122,7 @@ def base_mode(mode: str) -> str:
     return mode.removesuffix("-torch").removesuffix("-onednn")
 
 
-def laser_engine(mode: str, threads: int) -> tuple[LLMEngine, float]:
+def laser_engine(mode: str, threads: int, policy: str = "laser") -> tuple[LLMEngine, float]:
     dtype, matmul_dtype = MODES[base_mode(mode)]
     saved = _cpu.gemm_supported
     if mode.endswith("-onednn"):
@@ -131,7 +131,8 @@ def laser_engine(mode: str, threads: int) -> tuple[LLMEngine, float]:
     try:
         engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype,
                                         max_num_seqs=64, num_threads=threads,
-                                        kv_memory_mb=768, overload_ttft_factor=1e9))
+                                        kv_memory_mb=768, overload_ttft_factor=1e9,
+                                        policy=policy))
     finally:
         _cpu.gemm_supported = saved
     return engine, time.perf_counter() - t0
@@ -320,6 +321,9 @@ def main() -> None:
     ap.add_argument("--skip-ceilings", action="store_true",
                     help="no bandwidth/FLOP/s measurement (minutes where bfloat16 matmuls "
                          "are emulated); rows report no fraction of the bound")
+    ap.add_argument("--policy", default="laser",
+                    help="scheduler (fcfs: every running stream in every step, whatever the "
+                         "hot tier's pacing on a slow machine would hold back)")
     ap.add_argument("--threads", default=str(len(os.sched_getaffinity(0))),
                     help="engine threads, comma-separated (each mode runs at each)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds over all engines (A B A B)")
@@ -342,7 +346,7 @@ def main() -> None:
     for name, threads in pairs:
         load_model(dtype=DTYPES[MODES[base_mode(name)][0]])  # fills the cache
         gc.collect()
-        engine, start_s = laser_engine(name, threads)
+        engine, start_s = laser_engine(name, threads, args.policy)
         engines.append((name, threads, engine, start_s, bounds(engine, name, bw, gflops)))
     for rnd in range(args.rounds):
         for name, threads, engine, start_s, lim in engines:
