@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels  # noqa: E402
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
+from inference.engine.runner import LayerwiseForward  # noqa: E402
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.request import EngineRequest, SamplingParams  # noqa: E402
 from kernels import _cpu  # noqa: E402
@@ -121,7 +122,7 @@ def base_mode(mode: str) -> str:
     return mode.removesuffix("-torch").removesuffix("-onednn")
 
 
-def laser_engine(mode: str, threads: int) -> tuple[LLMEngine, float]:
+def laser_engine(mode: str, threads: int, policy: str = "laser") -> tuple[LLMEngine, float]:
     dtype, matmul_dtype = MODES[base_mode(mode)]
     saved = _cpu.gemm_supported
     if mode.endswith("-onednn"):
@@ -130,7 +131,8 @@ def laser_engine(mode: str, threads: int) -> tuple[LLMEngine, float]:
     try:
         engine = LLMEngine(EngineConfig(dtype=dtype, matmul_dtype=matmul_dtype,
                                         max_num_seqs=64, num_threads=threads,
-                                        kv_memory_mb=768))
+                                        kv_memory_mb=768, overload_ttft_factor=1e9,
+                                        policy=policy))
     finally:
         _cpu.gemm_supported = saved
     return engine, time.perf_counter() - t0
@@ -168,39 +170,89 @@ class KernelClock:
             setattr(lib, name, fn)
 
 
+class Breakdown:
+    """Where a step's time goes: each part's seconds, timed by wrapping the engine's own
+    methods on the instance (the C kernels' ctypes calls as ``KernelClock``). ``glue`` is
+    the forward's time outside the C kernels (Python between the layers, torch ops:
+    embedding, the LM head's rescoring, row selection); ``other`` what the step spends
+    outside every named part (sampling rows, deltas, the engine's bookkeeping)."""
+
+    PARTS = ("kernels", "glue", "schedule", "prepare", "sample", "update", "detokenise",
+             "other")
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.seconds = dict.fromkeys(("forward", "schedule", "prepare", "sample", "update",
+                                      "detokenise"), 0.0)
+        self._undo: list = []
+
+    def _wrap(self, obj, name: str, part: str) -> None:
+        fn = getattr(obj, name)
+        seconds = self.seconds
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[part] += time.perf_counter() - t0
+
+        if isinstance(obj, type):
+            self._undo.append(lambda: setattr(obj, name, fn))
+        else:
+            self._undo.append(lambda: delattr(obj, name))
+        setattr(obj, name, timed)
+
+    def __enter__(self) -> Breakdown:
+        from inference.tokenizer import Detokenizer
+
+        eng = self.engine
+        for name in ("execute", "begin"):
+            self._wrap(eng.runner, name, "forward")
+        self._wrap(LayerwiseForward, "advance", "forward")
+        self._wrap(LayerwiseForward, "logits", "forward")
+        self._wrap(eng.runner, "prepare", "prepare")
+        self._wrap(eng.sampler, "sample", "sample")
+        self._wrap(eng.scheduler, "schedule", "schedule")
+        self._wrap(eng.scheduler, "update", "update")
+        self._wrap(Detokenizer, "push", "detokenise")
+        self._wrap(Detokenizer, "finish", "detokenise")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for undo in reversed(self._undo):
+            undo()
+
+    def shares(self, total: float, kernels_s: float) -> dict[str, float]:
+        s = self.seconds
+        parts = {"kernels": kernels_s, "glue": s["forward"] - kernels_s,
+                 **{k: s[k] for k in ("schedule", "prepare", "sample", "update",
+                                      "detokenise")}}
+        parts["other"] = total - sum(parts.values())
+        return {k: v / total for k, v in parts.items()}
+
+
 def laser_run(engine: LLMEngine, streams: int, tokens: int, tag: str) -> dict:
     sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for i in range(streams):
         engine.add_request(EngineRequest(f"{tag}-{i}", sp, messages=messages(i), tenant_id="b"))
     first: float | None = None
     produced = 0
-    runner = engine.runner
-    execute, in_execute = runner.execute, [0.0]
-
-    def timed_execute(batch):
-        t = time.perf_counter()
-        try:
-            return execute(batch)
-        finally:
-            in_execute[0] += time.perf_counter() - t
-
-    runner.execute = timed_execute
     t0 = time.perf_counter()
-    try:
-        with KernelClock() as clock:
-            while engine.has_unfinished():
-                n = sum(len(d.token_ids) for d in engine.step())
-                produced += n
-                if first is None and n:
-                    first = time.perf_counter()
-    finally:
-        del runner.execute
+    with KernelClock() as clock, Breakdown(engine) as parts:
+        while engine.has_unfinished():
+            n = sum(len(d.token_ids) for d in engine.step())
+            produced += n
+            if first is None and n:
+                first = time.perf_counter()
     end = time.perf_counter()
     total = end - t0
+    shares = parts.shares(total, clock.seconds)
     return {"tokens": produced, "seconds": total, "tok_s": produced / total,
             "decode_tok_s": (produced - streams) / (end - first),
             "outside_kernels": 1 - clock.seconds / total,
-            "outside_execute": 1 - in_execute[0] / total}
+            "outside_execute": 1 - parts.seconds["forward"] / total,
+            "shares": shares}
 
 
 # ---- transformers --------------------------------------------------------------------------
@@ -240,16 +292,15 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     params = sum(p.numel() for p in model.parameters())
     dtype, matmul_dtype = MODES[base_mode(mode)]
     state = model.pack_state()
-    if matmul_dtype == "auto":  # each side's bound where it runs: 1 stream quant, 16 bfloat16
-        if engine.runner._pack_sets is None:
-            sys.exit("auto keeps one pack set here (needs the quantized and bfloat16 matmuls)")
+    both = matmul_dtype == "auto" and engine.runner._pack_sets is not None
+    if both:  # each side's bound where it runs: 1 stream quant, 16 bfloat16
         state = engine.runner._pack_sets[0][0]
         mixed = bounds(engine, "mixed", bw, gflops)
     if state[0]:  # quantized: the packed blocks a decode step reads
         _, screen, layers = state
         weight_bytes = sum(p.nbytes for packs in layers for p in packs[:4]) + screen.nbytes
         one = bw * 1e9 / weight_bytes
-        many = mixed["bound_16_tok_s"] if matmul_dtype == "auto" else 16 * one
+        many = mixed["bound_16_tok_s"] if both else 16 * one
         return {"params": params, "weight_bytes": weight_bytes, "bound_1_tok_s": one,
                 "bound_16_tok_s": many}
     work = DTYPES[matmul_dtype or dtype]
@@ -267,6 +318,12 @@ def main() -> None:
                     help=f"Laser modes, comma-separated: {','.join(MODES)}")
     ap.add_argument("--streams", default="1,16")
     ap.add_argument("--skip-hf", action="store_true", help="Laser rows only")
+    ap.add_argument("--skip-ceilings", action="store_true",
+                    help="no bandwidth/FLOP/s measurement (minutes where bfloat16 matmuls "
+                         "are emulated); rows report no fraction of the bound")
+    ap.add_argument("--policy", default="laser",
+                    help="scheduler (fcfs: every running stream in every step, whatever the "
+                         "hot tier's pacing on a slow machine would hold back)")
     ap.add_argument("--threads", default=str(len(os.sched_getaffinity(0))),
                     help="engine threads, comma-separated (each mode runs at each)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds over all engines (A B A B)")
@@ -276,11 +333,12 @@ def main() -> None:
     streams = [int(s) for s in args.streams.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    bw = bandwidth_gbs()
+    bw = 0.0 if args.skip_ceilings else bandwidth_gbs()
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": thread_counts,
                     "bandwidth_gbs": bw, "rows": rows}
-    gflops = {name: matmul_gflops(dt) for name, dt in DTYPES.items()}
+    gflops = {name: 0.0 if args.skip_ceilings else matmul_gflops(dt)
+              for name, dt in DTYPES.items()}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
     pairs = ([(m, int(t)) for m, t in (e.split(":") for e in args.engines.split(","))]
              if args.engines else [(m, t) for m in args.dtypes.split(",") for t in thread_counts])
@@ -288,7 +346,7 @@ def main() -> None:
     for name, threads in pairs:
         load_model(dtype=DTYPES[MODES[base_mode(name)][0]])  # fills the cache
         gc.collect()
-        engine, start_s = laser_engine(name, threads)
+        engine, start_s = laser_engine(name, threads, args.policy)
         engines.append((name, threads, engine, start_s, bounds(engine, name, bw, gflops)))
     for rnd in range(args.rounds):
         for name, threads, engine, start_s, lim in engines:
@@ -296,12 +354,14 @@ def main() -> None:
                 with torch_layer_ops(name.endswith("-torch")):
                     r = laser_run(engine, n, args.tokens, f"{name}-{threads}-{n}-{rnd}")
                 bound = lim["bound_1_tok_s"] if n == 1 else lim["bound_16_tok_s"] * n / 16
+                bound = bound or float("nan")
                 rows.append({"system": f"laser {name} t{threads}", "streams": n, "round": rnd,
                              **r, "start_s": start_s, "bound_tok_s": bound,
                              "fraction_of_bound": r["decode_tok_s"] / bound})
                 print(f"round {rnd} {name} t{threads} {n:>3} streams: {r['tok_s']:.1f} tok/s, "
                       f"decode {r['decode_tok_s']:.1f}, outside C {r['outside_kernels']:.0%}, "
-                      f"outside execute {r['outside_execute']:.0%}", flush=True)
+                      f"outside execute {r['outside_execute']:.0%}; "
+                      + " ".join(f"{k} {v:.1%}" for k, v in r["shares"].items()), flush=True)
     del engines
     gc.collect()
     if not args.skip_hf:

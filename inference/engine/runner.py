@@ -256,17 +256,11 @@ class LayerwiseForward:
         t0 = time.perf_counter()
         model, batch = self.runner.model, self.batch
         self.runner._set_threads(batch)  # per advance: a hot step in between may change them
-        layers, caches = model.layers, self.runner.kv_caches
-        ran = 0
         with torch.inference_mode():
-            while self.next_layer < len(layers):
-                if ran >= min_layers and stop():
-                    break
-                i = self.next_layer
-                self.hidden, self.residual = layers[i](batch.positions, self.hidden,
-                                                       self.residual, caches[i], batch.meta)
-                self.next_layer += 1
-                ran += 1
+            self.hidden, self.residual, ran = model.run_layers(
+                batch.positions, self.hidden, self.residual, self.runner.kv_caches, batch.meta,
+                self.next_layer, stop, min_layers)
+            self.next_layer += ran
         self.seconds += time.perf_counter() - t0
         return self.done
 

@@ -147,6 +147,8 @@ class LlamaModel(nn.Module):
         self.quantized = False  # pack_linears(kernels.QUANT) took: see _pack_quant
         # state-dict name -> (GGML type, raw GGUF rows): set by the loader for a GGUF on CPU
         self.quant_blocks: dict[str, tuple[int, torch.Tensor]] = {}
+        # (variant, pack state, caches) -> _cpu.StackWeights for run_layers' one-call stack
+        self._stacks: dict[tuple[bool, int, int], _cpu.StackWeights] = {}
 
     def pack_linears(self, matmul_dtype: torch.dtype | str | None = None,
                      native_gemm: bool = False) -> bool:
@@ -168,6 +170,7 @@ class LlamaModel(nn.Module):
         weights rounded; ``_cpu.PackedBF16.split_view``) instead of a float32 copy: no second
         copy of the projections, and faster than float32 oneDNN.
         """
+        self._stacks.clear()
         if matmul_dtype in kernels.QUANT_MODES:
             cfg = self.config
             blocks_fit = all(k % 32 == 0 for k in (cfg.hidden_size, cfg.intermediate_size,
@@ -283,6 +286,10 @@ class LlamaModel(nn.Module):
         if self.lm_head_screen is None or (exact and not self.quantized):
             return kernels.linear(hidden, weight, self.lm_head_packed)
         logits = kernels.linear(hidden, weight, self.lm_head_screen)  # [N, vocab]
+        k = min(SCREEN_TOP, logits.shape[-1])
+        if kernels.use_native(hidden) and _cpu.rescore_top(logits, hidden.contiguous(),
+                                                            weight, k):
+            return logits  # the same pass in C: no [N, K, hidden] gather, no topk
         top = logits.topk(min(SCREEN_TOP, logits.shape[-1]), dim=-1).indices  # [N, K]
         exact = torch.einsum("nd,nkd->nk", hidden, weight[top])
         return logits.scatter_(1, top, exact)
@@ -300,11 +307,68 @@ class LlamaModel(nn.Module):
         Returns:
             `[T, hidden]` final hidden states (feed chosen rows to `compute_logits`).
         """
-        hidden = self.embed(input_ids)
-        residual = None
-        for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden, residual = layer(positions, hidden, residual, kv_cache, meta)
+        hidden, residual, _ = self.run_layers(positions, self.embed(input_ids), None, kv_caches,
+                                              meta)
         return self.norm_out(hidden, residual)
+
+    def run_layers(self, positions: torch.Tensor, hidden: torch.Tensor,
+                   residual: torch.Tensor | None, kv_caches: list[tuple[torch.Tensor,
+                                                                        torch.Tensor]],
+                   meta: AttentionMetadata, start: int = 0, stop=None,
+                   min_layers: int = 0) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """Layers ``start ..`` over ``hidden``/``residual`` (None before the first layer), as
+        many as run before ``stop()`` (asked before each layer from the ``min_layers``-th
+        on) is true; returns ``(hidden, residual, layers run)``. Where every layer is one C
+        call (``DecoderLayer.one_call``) the whole run is one (``_cpu.decoder_stack``): no
+        Python between the layers."""
+        stack = self._stack(hidden, kv_caches, meta)
+        if stack is None:
+            ran = 0
+            for i in range(start, len(self.layers)):
+                if ran >= min_layers and stop is not None and stop():
+                    break
+                hidden, residual = self.layers[i](positions, hidden, residual, kv_caches[i],
+                                                  meta)
+                ran += 1
+            return hidden, residual, ran
+        first = residual is None
+        if first:
+            residual = hidden
+            out = torch.empty(hidden.shape, dtype=stack.act)
+        elif hidden.dtype == stack.act and hidden.is_contiguous():
+            out = hidden  # a layer reads its x before it writes: in place
+        else:
+            out = torch.empty(hidden.shape, dtype=stack.act)
+        attn, cfg = self.layers[0].attn, self.config
+        ran = _cpu.decoder_stack(hidden.contiguous(), residual, first, stack, start,
+                                 cfg.rms_norm_eps, (attn.num_heads, attn.num_kv_heads,
+                                                    attn.head_dim), positions,
+                                 self.cos_sin_cache, meta, attn.scale, out, stop, min_layers)
+        if not ran:
+            return hidden, None if first else residual, 0
+        return out, residual, ran
+
+    def _stack(self, hidden: torch.Tensor, kv_caches: list, meta: AttentionMetadata
+               ) -> _cpu.StackWeights | None:
+        """The one-call stack for this step, or None where a layer would not run as one C
+        call (``DecoderLayer.forward``'s test)."""
+        layers = self.layers
+        first = layers[0]
+        if not first.one_call or meta.max_query_len > NATIVE_CHUNK_ROWS or \
+                not first._native(hidden, kv_caches[0], meta) or \
+                not all(layer.one_call for layer in layers):
+            return None
+        variant = not meta.is_decode_only
+        key = (variant, id(first.native_weights), id(kv_caches))
+        stack = self._stacks.get(key)
+        if stack is None:
+            if len(self._stacks) > 8:
+                self._stacks.clear()
+            stack = _cpu.StackWeights([layer.native_weights[variant] for layer in layers],
+                                      [(layer.input_norm, layer.post_attn_norm)
+                                       for layer in layers], kv_caches)
+            self._stacks[key] = stack
+        return stack
 
     def kv_cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
         """Shape of one layer's key (or value) cache."""

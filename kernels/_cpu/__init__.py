@@ -48,6 +48,10 @@ SIGNATURES = {
     "laser_decoder_layer": (_ptr, _int, _ptr, _int, _ptr, _ptr, _f32, _ptr, _ptr, _int,
                             _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
                             _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
+    "laser_decoder_stack": (_int, _int, ctypes.c_void_p, _ptr, _int, _ptr, _int, _ptr, _ptr,
+                            _f32, _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr,
+                            _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
+    "laser_rescore_top": (_ptr, _i64, _i64, _int, _ptr, _i64, _ptr, _int),
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
     "laser_q_block_bytes": (_int,),
@@ -58,8 +62,9 @@ SIGNATURES = {
     "laser_pool_reserve": (_int,),
     "laser_pool_set_spin": (_int,),
 }
-RESTYPES = {"laser_gemm_bf16_supported": _int, "laser_pack_q": _int, "laser_q_block_bytes": _int,
-            "laser_quant_isa": _int, "laser_pool_size": _int}
+RESTYPES = {"laser_decoder_stack": _int, "laser_gemm_bf16_supported": _int,
+            "laser_pack_q": _int, "laser_q_block_bytes": _int, "laser_quant_isa": _int,
+            "laser_pool_size": _int}
 
 
 def _cpu_name() -> str:
@@ -355,3 +360,81 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
         k_cache.data_ptr(), v_cache.data_ptr(), slots, k_cache.shape[1], tables, stride, lens,
         qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out
+
+
+STOP_FN = ctypes.CFUNCTYPE(ctypes.c_int)
+
+
+class StackWeights:
+    """Every layer's :class:`LayerWeights`, norms and KV caches as ``laser_decoder_stack``
+    takes them (one pointer table for the whole model), prepared once per packing and cache.
+    All layers share one activation dtype and intermediate size."""
+
+    __slots__ = ("keep", "act", "pointers", "formats", "intermediate", "num_layers")
+
+    def __init__(self, weights: list[LayerWeights],
+                 norms: list[tuple[torch.Tensor, torch.Tensor]],
+                 caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if len({(w.act, w.intermediate) for w in weights}) != 1:
+            raise ValueError("layers differ in activation dtype or intermediate size")
+        for n, c in zip(norms, caches, strict=True):
+            _check_all(torch.float32, input_norm=n[0], post_norm=n[1], k_cache=c[0],
+                       v_cache=c[1])
+        self.keep = (weights, norms, caches)
+        self.act, self.intermediate = weights[0].act, weights[0].intermediate
+        self.num_layers = len(weights)
+        ptrs = []
+        for w, n, c in zip(weights, norms, caches, strict=True):
+            ptrs += [*w.pointers, n[0].data_ptr(), n[1].data_ptr(), c[0].data_ptr(),
+                     c[1].data_ptr()]
+        self.pointers = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        self.formats = (ctypes.c_int32 * (4 * len(weights)))(*(f for w in weights
+                                                              for f in w.formats))
+
+
+def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: StackWeights,
+                  start: int, eps: float, heads: tuple[int, int, int], positions: torch.Tensor,
+                  cos_sin: torch.Tensor, meta, scale: float, out: torch.Tensor,
+                  stop=None, min_layers: int = 0) -> int:
+    """Layers ``start ..`` of ``stack`` in one call (``laser_decoder_stack``): each as
+    :func:`decoder_layer`, the first reading ``x``, the rest ``out`` in place (``out`` may
+    be ``x`` unless ``first``: then ``x`` is the residual). ``stop()``, asked before each
+    layer from the ``min_layers``-th on, ends it early when true. Returns the layers run."""
+    act = stack.act
+    _check(x, "x", *_ACTS)
+    _check(out, "out", act)
+    _check(residual, "residual", torch.float32)
+    num_tokens, hidden = x.shape
+    if residual.shape != x.shape or out.shape != x.shape or (first and out.data_ptr() ==
+                                                              x.data_ptr()):
+        raise ValueError("decoder_stack: x, residual and out must be [T, hidden], out not x "
+                         "on the first layer")
+    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
+    num_heads, num_kv_heads, head_dim = heads
+    layers = ctypes.cast(ctypes.byref(stack.pointers, 8 * start * ctypes.sizeof(ctypes.c_void_p)),
+                         ctypes.c_void_p)
+    formats = ctypes.cast(ctypes.byref(stack.formats, 4 * start * 4), ctypes.c_void_p)
+    callback = STOP_FN(lambda: int(bool(stop()))) if stop is not None else None
+    block_size = stack.keep[2][0][0].shape[1]
+    return library().laser_decoder_stack(
+        stack.num_layers - start, min_layers, callback, x.data_ptr(), DTYPES[x.dtype],
+        residual.data_ptr(), int(first), layers, formats, eps, DTYPES[act], num_tokens, hidden,
+        num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, slots, block_size,
+        tables, stride, lens, qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
+
+
+def rescore_top(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
+                k: int) -> bool:
+    """``LlamaModel.compute_logits``' exact pass in C (``laser_rescore_top``): each row's
+    ``k`` (at most 256) largest screened ``logits`` ``[N, V]`` replaced in place by
+    ``hidden`` ``[N, D]`` times ``weight`` ``[V, D]`` in float32. False (nothing done) where
+    a tensor is not a contiguous float32 CPU one of those shapes."""
+    for t in (logits, hidden, weight):
+        if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+            return False
+    num_rows, vocab = logits.shape
+    if hidden.shape[0] != num_rows or weight.shape != (vocab, hidden.shape[1]) or k > 256:
+        return False
+    library().laser_rescore_top(logits.data_ptr(), num_rows, vocab, k, hidden.data_ptr(),
+                                hidden.shape[1], weight.data_ptr(), _gemm_threads(num_rows))
+    return True

@@ -494,3 +494,87 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
     free(wide);
     free(normed);
 }
+
+/* ---- the decoder stack ------------------------------------------------------------------
+ *
+ * Layers [0, n) of a model in one call: laser_decoder_layer on each, the first reading x
+ * (x_dtype; the residual itself when `first`), every later one reading and writing `out` in
+ * place (a layer reads its x only before its first matmul). A step's Python then costs one
+ * call, not one per layer (per layer about 40-100 us of checks, module calls, an allocation
+ * and ctypes' conversion of 30 arguments: 1-3 ms of a 10-20 ms decode step of SmolLM2).
+ * layers[8 i ..]: layer i's four packed weights, its input and post-attention norms, its key
+ * and value caches; fmts[4 i ..] as laser_decoder_layer's. `stop` (may be NULL), asked before
+ * each layer from the `min_layers`-th on, ends the call early when it returns non-zero (a
+ * pausable step: hot work arrived). Returns the layers run; out holds the last one's
+ * product (x untouched when none ran). */
+int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x, int x_dtype,
+                        float *residual, int first, const void *const *layers,
+                        const int32_t *fmts, float eps, int act, int64_t T, int64_t hidden,
+                        int64_t H, int64_t KVH, int64_t D, int64_t I, const int64_t *positions,
+                        const float *cos_sin, const int64_t *slots, int64_t B,
+                        const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
+                        const int32_t *query_start_loc, int64_t S, float scale, void *out,
+                        int threads) {
+    int i = 0;
+    for (; i < n; i++) {
+        if (i >= min_layers && stop && stop()) break;
+        const void *const *l = layers + 8 * i;
+        laser_decoder_layer(i ? out : x, i ? act : x_dtype, residual, first && !i,
+                            (const float *)l[4], (const float *)l[5], eps, l, fmts + 4 * i, act,
+                            T, hidden, H, KVH, D, I, positions, cos_sin, (float *)l[6],
+                            (float *)l[7], slots, B, block_tables, stride, seq_lens,
+                            query_start_loc, S, scale, out, threads);
+    }
+    return i;
+}
+
+/* ---- the LM head's exact rescoring --------------------------------------------------------
+ *
+ * After a screening head (bfloat16 or quantized) scored the vocabulary: per row, the k largest
+ * screened logits are scored again in float32 against the model's own head and written over
+ * their screened values (LlamaModel.compute_logits). One pass over the row keeps the k best
+ * (a sorted list: most logits fail its first comparison), then k dot products of `hidden`
+ * with head rows. logits: [N, V] float32, in place; hidden [N, D]; weight [V, D]. */
+typedef struct {
+    float *logits;
+    const float *hidden, *weight;
+    int64_t V, D;
+    int k;
+} rescore_job;
+
+static void rescore_row(void *arg, int64_t n) {
+    const rescore_job *j = (const rescore_job *)arg;
+    float *row = j->logits + n * j->V, best[256];
+    int64_t idx[256];
+    int k = j->k, have = 0;
+    for (int64_t v = 0; v < j->V; v++) {
+        float x = row[v];
+        if (have == k && !(x > best[k - 1])) continue;
+        int i = have < k ? have++ : k - 1; /* drop the smallest */
+        while (i > 0 && x > best[i - 1]) {
+            best[i] = best[i - 1];
+            idx[i] = idx[i - 1];
+            i--;
+        }
+        best[i] = x;
+        idx[i] = v;
+    }
+    const float *h = j->hidden + n * j->D;
+    for (int i = 0; i < have; i++) {
+        const float *w = j->weight + idx[i] * j->D;
+        float acc[8] = {0};
+        for (int64_t d = 0; d + 8 <= j->D; d += 8)
+            for (int t = 0; t < 8; t++) acc[t] += h[d + t] * w[d + t];
+        float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (int64_t d = j->D / 8 * 8; d < j->D; d++) s += h[d] * w[d];
+        row[idx[i]] = s;
+    }
+}
+
+void laser_rescore_top(float *logits, int64_t N, int64_t V, int k, const float *hidden,
+                       int64_t D, const float *weight, int threads) {
+    if (k > 256) k = 256;
+    if (k > V) k = (int)V;
+    rescore_job j = {logits, hidden, weight, V, D, k};
+    laser_pool_run(rescore_row, &j, N, threads < 1 ? 1 : threads);
+}

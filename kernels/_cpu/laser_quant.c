@@ -273,25 +273,24 @@ static inline __m256i dp256_vnni(__m256i acc, __m256i u, __m256i s) {
 }
 #endif
 
-/* sum over 4-byte groups of u * s (u unsigned < 128 or, with sign_trick, any byte) */
+/* sum over 4-byte groups of u * s (u unsigned < 128: the Q8_0 path's sign trick makes it so) */
 static inline __attribute__((always_inline)) __m256i dp256(__m256i acc, __m256i u, __m256i s,
-                                                           int vnni, int sign_trick) {
+                                                           int vnni) {
 #ifdef HAVE_AVX2_VNNI
     if (vnni) return dp256_vnni(acc, u, s);
+#else
+    (void)vnni;
 #endif
-    if (sign_trick) { /* u - 128 as a signed byte w: |w| * sign(s, w) */
-        __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
-        u = _mm256_sign_epi8(w, w);
-        s = _mm256_sign_epi8(s, w);
-    }
     __m256i pairs = _mm256_maddubs_epi16(u, s);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
 /* 8 outputs (half h of the group) x mr rows; FMT and VNNI constant in each expansion */
 static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, int64_t g,
-                                                                 int64_t m0, int mr, int h,
-                                                                 const int FMT, const int VNNI) {
+                                                                 int64_t m0, const int mr,
+                                                                 int h, const int FMT,
+                                                                 const int VNNI,
+                                                                 const int PARTS) {
     const int bb = laser_q_block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
     const int sign_trick = FMT == Q8_0 && !VNNI, off = sign_trick ? 0 : offset_of(FMT);
     int64_t nb = j->K / QK;
@@ -305,7 +304,7 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
         __m256 mv = FMT == Q4_1
                         ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
                         : _mm256_setzero_ps();
-        __m256i w[8];
+        __m256i w[8], wsign[8];
         for (int l = 0; l < (FMT == Q8_0 ? 8 : 4); l++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + hdr + 64 * l + 32 * h));
             if (FMT == Q8_0)
@@ -315,21 +314,49 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                 w[l + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
         }
+        if (sign_trick) /* the weights' half of the sign trick, once for every row */
+            for (int l = 0; l < 8; l++) {
+                wsign[l] = _mm256_xor_si256(w[l], _mm256_set1_epi8((char)0x80));
+                w[l] = _mm256_sign_epi8(wsign[l], wsign[l]);
+            }
+#pragma GCC unroll 4
         for (int m = 0; m < mr; m++) {
-            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
+            int64_t row = (m0 + m) * PARTS, last = row + PARTS - 1;
             __m256i isum = _mm256_setzero_si256();
-            for (int p = 0; p < j->parts; p++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < PARTS; p++) {
                 const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
                 int32_t xs = j->a.sum[(row + p) * nb + b];
                 __m256i a0 = _mm256_set1_epi32(-off * xs), a1 = _mm256_setzero_si256();
-                for (int l = 0; l < 8; l += 2) {
-                    a0 = dp256(a0, w[l], _mm256_set1_epi32(xb[l]), VNNI, sign_trick);
-                    a1 = dp256(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]), VNNI, sign_trick);
-                }
+                if (!VNNI && FMT != Q8_0) {
+                    /* u <= 15: a VPMADDUBSW pair sum is at most 2 * 15 * 127 = 3810, so the
+                     * block's eight add up in 16 bits (30480 < 32767) and one VPMADDWD per
+                     * part widens them, where dp256 spends one per line: the same integers */
+                    __m256i s0 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xb[0]));
+                    __m256i s1 = _mm256_maddubs_epi16(w[1], _mm256_set1_epi32(xb[1]));
+                    for (int l = 2; l < 8; l += 2) {
+                        s0 = _mm256_add_epi16(
+                            s0, _mm256_maddubs_epi16(w[l], _mm256_set1_epi32(xb[l])));
+                        s1 = _mm256_add_epi16(
+                            s1, _mm256_maddubs_epi16(w[l + 1], _mm256_set1_epi32(xb[l + 1])));
+                    }
+                    a1 = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi16(1));
+                } else if (sign_trick) {
+                    for (int l = 0; l < 8; l += 2) {
+                        __m256i x0 = _mm256_sign_epi8(_mm256_set1_epi32(xb[l]), wsign[l]);
+                        __m256i x1 = _mm256_sign_epi8(_mm256_set1_epi32(xb[l + 1]), wsign[l + 1]);
+                        a0 = dp256(a0, w[l], x0, 0);
+                        a1 = dp256(a1, w[l + 1], x1, 0);
+                    }
+                } else
+                    for (int l = 0; l < 8; l += 2) {
+                        a0 = dp256(a0, w[l], _mm256_set1_epi32(xb[l]), VNNI);
+                        a1 = dp256(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]), VNNI);
+                    }
                 isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
             }
             float e = j->a.e[last * nb + b];
-            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
+            int32_t xsum = PARTS == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
                                          : j->a.sum[row * nb + b];
             __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
             acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[m]);
@@ -346,10 +373,26 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
     }
 }
 
+/* rows and parts as constants in each expansion: the accumulators then live in registers */
+#define AVX2_ROWS(FMT, VNNI, MR, PARTS)                                                       \
+    do {                                                                                     \
+        tile_avx2_half(j, g, m0, MR, 0, FMT, VNNI, PARTS);                                   \
+        tile_avx2_half(j, g, m0, MR, 1, FMT, VNNI, PARTS);                                   \
+    } while (0)
+#define AVX2_PARTS(FMT, VNNI, PARTS)                                                          \
+    switch (mr) {                                                                            \
+    case 1: AVX2_ROWS(FMT, VNNI, 1, PARTS); break;                                           \
+    case 2: AVX2_ROWS(FMT, VNNI, 2, PARTS); break;                                           \
+    case 3: AVX2_ROWS(FMT, VNNI, 3, PARTS); break;                                           \
+    default: AVX2_ROWS(FMT, VNNI, 4, PARTS); break;                                          \
+    }
 #define AVX2_TILE(NAME, FMT, VNNI)                                                            \
     static void NAME(const qjob *j, int64_t g, int64_t m0, int mr) {                        \
-        tile_avx2_half(j, g, m0, mr, 0, FMT, VNNI);                                          \
-        tile_avx2_half(j, g, m0, mr, 1, FMT, VNNI);                                          \
+        if (j->parts == 2) {                                                                 \
+            AVX2_PARTS(FMT, VNNI, 2)                                                         \
+        } else {                                                                             \
+            AVX2_PARTS(FMT, VNNI, 1)                                                         \
+        }                                                                                    \
     }
 AVX2_TILE(tile_avx2_q40, Q4_0, 0)
 AVX2_TILE(tile_avx2_q41, Q4_1, 0)

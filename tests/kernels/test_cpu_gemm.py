@@ -154,10 +154,15 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch) -> None:
 
     model = _tiny_model()
     assert model.pack_linears(BF16, native_gemm=True)
-    calls = []
-    real = _cpu.decoder_layer
+    stacks, calls = [], []
+    real_stack, real = _cpu.decoder_stack, _cpu.decoder_layer
+    monkeypatch.setattr(_cpu, "decoder_stack",
+                        lambda *a, **k: stacks.append(1) or real_stack(*a, **k))
     monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
     fused = _run(model, monkeypatch, "auto")
+    assert len(stacks) == 3 and not calls  # the whole stack in one C call a step
+    monkeypatch.setattr(type(model), "_stack", lambda *a: None)  # one C call a layer
+    assert torch.equal(_run(model, monkeypatch, "auto"), fused)
     assert len(calls) == 3 * len(model.layers)  # every layer of the three steps
     for layer in model.layers:
         assert isinstance(layer, DecoderLayer) and layer.one_call

@@ -196,3 +196,28 @@ def test_model_native_path_matches_the_pytorch_path(monkeypatch, mixed) -> None:
     out = _run(model, monkeypatch, "auto")
     assert set(calls) == {"add_rms_norm", "rope_write_kv", "paged_attention", "silu_and_mul"}
     assert rel_err(out, ref) <= 1e-5, rel_err(out, ref)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(("rows", "vocab", "dim", "k"), [(1, 97, 24, 8), (5, 300, 19, 64),
+                                                         (3, 40, 8, 64)])
+def test_rescore_top_matches_topk_and_float64(threads, rows, vocab, dim, k) -> None:
+    """``_cpu.rescore_top``: each row's ``k`` largest screened logits (all of them when the
+    vocabulary is smaller) become the float32 dot products, the rest stay as screened."""
+    torch.manual_seed(rows + vocab)
+    hidden = torch.randn(rows, dim)
+    weight = torch.randn(vocab, dim)
+    screened = hidden @ weight.T + 0.05 * torch.randn(rows, vocab)
+    got = screened.clone()
+    _cpu.set_threads(threads)
+    try:
+        assert _cpu.rescore_top(got, hidden, weight, k)
+    finally:
+        _cpu.set_threads(0)
+    top = screened.topk(min(k, vocab), dim=-1).indices
+    exact = (hidden.double() @ weight.double().T).float()
+    want = screened.scatter(1, top, exact.gather(1, top))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    kept = torch.ones_like(screened, dtype=torch.bool).scatter(1, top, False)
+    assert torch.equal(got[kept], screened[kept])  # the tail is untouched
+    assert not _cpu.rescore_top(got.double(), hidden, weight, k)  # not float32: no-op

@@ -20,11 +20,11 @@ pytestmark = pytest.mark.skipif(not quant.supported(),
                                 reason="no vector path for the quantized matmul here")
 
 
-def _model(blocks: bool = False) -> LlamaModel:
+def _model(blocks: bool = False, layers: int = 2) -> LlamaModel:
     """A tiny Llama whose rows are whole 32-blocks (the GGUF formats' unit); with ``blocks``
     its projections and head are Q8_0 values (as the GGUF's dequantised weights are), kept as
     ``quant_blocks`` as the loader keeps a GGUF's."""
-    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=2,
+    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=layers,
                          num_heads=4, num_kv_heads=2, head_dim=16, max_position=128)
     model = LlamaModel(config)
     torch.manual_seed(3)
@@ -88,10 +88,15 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch, mode, threads
     model = _model()
     assert model.pack_linears(mode)
     _cpu.set_threads(threads)
-    calls = []
-    real = _cpu.decoder_layer
+    stacks, calls = [], []
+    real_stack, real = _cpu.decoder_stack, _cpu.decoder_layer
+    monkeypatch.setattr(_cpu, "decoder_stack",
+                        lambda *a, **k: stacks.append(1) or real_stack(*a, **k))
     monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
     fused = _run(model, monkeypatch)
+    assert len(stacks) == 3 and not calls  # the whole stack in one C call a step
+    monkeypatch.setattr(LlamaModel, "_stack", lambda *a: None)  # one C call a layer
+    assert torch.equal(_run(model, monkeypatch), fused)
     assert len(calls) == 3 * len(model.layers)
     for layer in model.layers:
         layer.one_call = False
@@ -100,6 +105,47 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch, mode, threads
     for layer in model.layers:
         layer.one_call = True
     assert torch.equal(_run(model, monkeypatch), fused)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_stack_stops_between_layers_and_resumes_to_the_same_bits(monkeypatch, threads):
+    """``LlamaModel.run_layers`` on the one-call stack, stopped by ``stop()`` after each
+    possible layer count and resumed in place (as a paused step is), gives the bits of one
+    uninterrupted run: over a prompt chunk (split activations) and a decode step."""
+    from inference.model import AttentionMetadata
+
+    monkeypatch.setenv("LASER_KERNELS", "auto")
+    model = _model(blocks=True, layers=4)
+    assert model.pack_linears(kernels.QUANT)
+    _cpu.set_threads(threads)
+    torch.manual_seed(5)
+    prompt = torch.randint(0, 96, (11,))
+    steps = [(prompt, 0), (torch.tensor([3]), 11)]
+    results = {}
+    for chunk in (4, 1, 2, 3):  # layers a call runs before its stop() says so
+        caches = model.allocate_kv_caches(4, 8)
+        out = []
+        with torch.inference_mode():
+            for ids, start in steps:
+                meta = AttentionMetadata.build([[2, 0]], [start + len(ids)], [len(ids)], 8)
+                positions = torch.arange(start, start + len(ids))
+                hidden = model.embed(ids)
+                # stopped before its first layer: nothing ran, nothing changed
+                same, residual, ran = model.run_layers(positions, hidden, None, caches, meta,
+                                                       stop=lambda: True)
+                assert same is hidden and residual is None and ran == 0
+                done = 0
+                while done < len(model.layers):
+                    asked = []
+                    hidden, residual, ran = model.run_layers(
+                        positions, hidden, residual, caches, meta, done,
+                        stop=lambda asked=asked: asked.append(1) or len(asked) >= chunk,
+                        min_layers=1)
+                    assert ran == min(chunk, len(model.layers) - done)
+                    done += ran
+                out.append(model.compute_logits(model.norm_out(hidden, residual)))
+        results[chunk] = torch.cat(out)
+    assert all(torch.equal(got, results[4]) for got in results.values())
 
 
 def test_rows_that_are_not_whole_blocks_fall_back_to_bfloat16(monkeypatch) -> None:
