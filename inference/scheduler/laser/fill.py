@@ -215,7 +215,8 @@ class StepFill:
         pause = [v.pause_cap_s] if self.mode == "other" else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
-        self.cap = self._tokens_within(self.cap_s, len(decodes))
+        self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
+                    else self._tokens_within(self.cap_s, len(decodes)))
         self.hold_tokens, self.hold_blocks = v.hold_tokens, v.hold_blocks
         if ab.borrowing_enabled:
             spare = self.budget - self.hold_tokens - round(v.cold_need)
@@ -284,8 +285,17 @@ class StepFill:
             return n
         if floor and self._step_s(seq, floor) > limit:
             return floor
-        # floor fits (or is 0), n does not; the step time grows with the chunk
-        return largest_fitting(floor, n, lambda m: self._step_s(seq, m) <= limit)
+        # floor fits (or is 0), n does not; the step time grows with the chunk. _step_s
+        # inlined, the same sums in the same order: this runs a dozen times per prefill
+        step_time, used, ctx, attn_s = self.v.cost.step_time, self.used, self.context, self.attn_s
+        attn, start = self._attn, seq.num_computed_tokens
+
+        def fits(m: int) -> bool:
+            t = step_time(used + m, ctx) + attn_s
+            if attn is not None and m > 1:
+                t += attn(start, m)
+            return t <= limit
+        return largest_fitting(floor, n, fits)
 
     def estimate_s(self) -> float:
         """Estimated seconds of the step as filled so far."""
