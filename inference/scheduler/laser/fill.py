@@ -182,7 +182,13 @@ class StepFill:
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
-        hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
+        # a hot step between pausable ones (mode "hot") comes some time after the streams'
+        # last tokens: the gap is that wait plus this step, so the cap is what is left of it
+        # (whole steps follow each other: the wait is 0 there)
+        waited = self.mode == "hot"
+        hot_tbt = [(q.targets.tbt_p99_s, self.now - q.last_token_time
+                    if waited and q.last_token_time is not None else 0.0)
+                   for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
@@ -207,7 +213,7 @@ class StepFill:
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if not k[1]]
         safety = v.tbt_safety
-        hot_caps = [safety * g for g in hot_tbt] if ab.chunking_enabled else []
+        hot_caps = [safety * g - w for g, w in hot_tbt] if ab.chunking_enabled else []
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
