@@ -5,8 +5,9 @@
 The bundled SmolLM2-135M on this CPU, contracts scaled to it (hot P99 TTFT 1 s, TBT 150 ms).
 Hot: chat turns arriving as a Poisson process, at most ``--streams`` (4) open at once, at the
 rate that keeps the engine about ``--busy`` (40 %) busy when alone. Cold: ``--docs`` documents of
-200-400 prompt tokens and 32 output tokens, all arriving at once, deadline = 3x the time the
-batch takes alone (measured first, with ``fcfs``, in the same run).
+200-400 prompt tokens and 32 output tokens, all arriving at once, deadline = 3x
+(``--deadline-factor``) the time the batch takes alone (measured first, with ``fcfs``, in the
+same run).
 
 For each policy, two phases on a fresh engine with the same seeds: hot alone for ``--hot-s``
 seconds and at least ``--min-hot`` finished turns, then hot plus the flood until the batch
@@ -263,12 +264,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--matmul-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                     help="CPU matmul precision (the platform serves with auto)")
+    ap.add_argument("--deadline-factor", type=float, default=3.0,
+                    help="the batch's deadline in multiples of its time alone")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     service = hot_service_s(args)
     rate = args.busy / service
     alone_s = cold_alone(args)
-    deadline_s = 3 * alone_s
+    deadline_s = args.deadline_factor * alone_s
     print(f"hot turn alone {service:.2f} s -> {rate:.2f} turns/s; cold batch of {args.docs} "
           f"alone {alone_s:.1f} s -> deadline {deadline_s:.1f} s")
     rows = [run_policy(p, args, rate, deadline_s) for p in args.policies.split(",")]
