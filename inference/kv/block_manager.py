@@ -106,19 +106,23 @@ class BlockManager:
         Returns the block copies the runner must do first (copy-on-write), or None, changing
         nothing, when there are not enough free blocks.
         """
-        if self.blocks_needed(seq, num_new_tokens) > len(self._free):
+        total = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size)
+        ids = seq.block_ids
+        copy = self._needs_copy(seq)
+        if max(0, total - len(ids)) + copy > len(self._free):  # blocks_needed, computed once
             return None
+        if not copy and total <= len(ids):
+            return []  # the common decode: its slot is in a block it holds already
         copies = []
-        if self._needs_copy(seq):
+        if copy:
             idx = seq.num_computed_tokens // self.block_size
-            src = seq.block_ids[idx]
+            src = ids[idx]
             dst = self._pop_free()
             self.blocks[src].ref_count -= 1
-            seq.block_ids[idx] = dst
+            ids[idx] = dst
             copies.append((src, dst))
-        total = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size)
-        while len(seq.block_ids) < total:
-            seq.block_ids.append(self._pop_free())
+        while len(ids) < total:
+            ids.append(self._pop_free())
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:

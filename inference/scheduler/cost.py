@@ -25,8 +25,13 @@ def max_tokens_within(est: CostEstimator, seconds: float, context_tokens: int,
                       upper: int) -> int:
     """Largest token count in ``[0, upper]`` whose estimated step fits ``seconds``.
 
-    Bisection on a monotone estimate: a dozen calls, whatever the estimator.
+    Bisection on a monotone estimate: a dozen calls, whatever the estimator. An estimator
+    with its own ``max_tokens_within`` (the simulator's cost model: the same bisection
+    without a call per probe) answers it.
     """
+    own = getattr(est, "max_tokens_within", None)
+    if own is not None:
+        return own(seconds, context_tokens, upper)
     if est.step_time(upper, context_tokens) <= seconds:
         return upper
     return largest_fitting(0, upper, lambda n: est.step_time(n, context_tokens) <= seconds)

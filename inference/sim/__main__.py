@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ablate", action="append", default=[], metavar="PART",
                     choices=sorted(f.name for f in fields(LaserAblations)),
                     help="switch one of laser's parts off (LaserAblations); repeatable")
+    ap.add_argument("--layer-pause", action="store_true",
+                    help="run laser's steps without hot work layer by layer, stopping for hot "
+                         "(the engine's layer pause)")
     ap.add_argument("--out", type=Path, help="directory for report.json and PNG plots")
     return ap.parse_args(argv)
 
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
         cfg = SimConfig(policy=name, gpu=args.gpu, model=args.model,
                         max_num_batched_tokens=args.max_batched_tokens,
                         long_prefill_chunk=args.chunk or args.max_batched_tokens,
-                        ablations=LaserAblations(**dict.fromkeys(args.ablate, False)))
+                        ablations=LaserAblations(**dict.fromkeys(args.ablate, False)),
+                        layer_pause=args.layer_pause)
         summaries[name] = summarize(simulate(trace, cfg))
         if args.goodput:
             lo, hi = args.goodput_range

@@ -16,6 +16,7 @@ import csv
 from collections.abc import Iterable
 from pathlib import Path
 
+from inference.scheduler.cost import largest_fitting
 from inference.sim.profiles import GPUSpec, ModelSpec
 
 OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
@@ -23,6 +24,7 @@ OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
 ATTN_FLOP_EFF = 0.5  # FlashAttention-2 reaches about half of dense peak on A100/H100
 MEM_EFF = 0.7
 STEP_OVERHEAD_S = 1e-3  # scheduling, sampling, launch gaps per step
+TABLE_TOKENS = 8192  # linear_s is tabulated up to this many tokens (a step's budget or more)
 
 
 def load_profile(path: Path, tp: int = 1) -> list[tuple[int, float]]:
@@ -51,10 +53,18 @@ class CostModel:
         self._attn_flop = 4 * m.num_heads * m.head_dim * m.num_layers / (gpu.flops
                                                                          * ATTN_FLOP_EFF)
         self._kv_read = m.kv_bytes_per_token / (gpu.bandwidth * MEM_EFF)
+        # the scheduler asks for the same token counts a hundred times a step (its TBT-cap
+        # bisections): a table of the interpolation, the same floats, one lookup each
+        self._table = [self._linear(n) for n in range(TABLE_TOKENS + 1)]
 
     # ---- parts ----------------------------------------------------------------------------
     def linear_s(self, num_tokens: int) -> float:
         """Non-attention time of a forward pass over ``num_tokens`` tokens."""
+        if 0 <= num_tokens <= TABLE_TOKENS:
+            return self._table[num_tokens]
+        return self._linear(num_tokens)
+
+    def _linear(self, num_tokens: int) -> float:
         if num_tokens <= 0:
             return 0.0
         if not self._xs:
@@ -101,7 +111,22 @@ class CostModel:
 
     def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
         """``CostEstimator`` view: tokens plus summed cached context read by the batch."""
-        return STEP_OVERHEAD_S + self.linear_s(num_tokens) + self.decode_attn_s(context_tokens)
+        lin = (self._table[num_tokens] if 0 <= num_tokens <= TABLE_TOKENS
+               else self._linear(num_tokens))
+        return STEP_OVERHEAD_S + lin + self._kv_read * context_tokens
+
+    def max_tokens_within(self, seconds: float, context_tokens: int, upper: int) -> int:
+        """``inference.scheduler.cost.max_tokens_within`` for this model: the same probes and
+        the same sums as ``step_time``, without its call (the scheduler asks twice a step)."""
+        if upper > TABLE_TOKENS:
+            def fits(n: int) -> bool:
+                return self.step_time(n, context_tokens) <= seconds
+        else:
+            table, decode = self._table, self._kv_read * context_tokens
+
+            def fits(n: int) -> bool:
+                return STEP_OVERHEAD_S + table[n] + decode <= seconds
+        return upper if fits(upper) else largest_fitting(0, upper, fits)
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         return None

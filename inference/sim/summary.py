@@ -117,5 +117,7 @@ def summarize(run: RunResult) -> dict:
         "kv_fragmentation_kept_out": kept,
         "steps": run.steps, "sim_s": run.sim_end_s, "wall_s": run.wall_s,
     }
+    if run.config.layer_pause:
+        out["layer_pauses"] = run.pauses
     out["meets_targets"] = all(out[t]["attainment"] >= q for t, q in TARGETS.items())
     return out

@@ -36,8 +36,8 @@ class FillView:
     """What one step's fill reads (the queues are the policy's own lists: the fill only
     reads them). ``key`` is the policy's sort key (class first), ``keys`` its cache;
     ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
-    ``hold_tokens``/``hold_blocks`` the hot reserve; ``has_held`` whether a paused forward
-    holds sequences (and blocks)."""
+    ``hold_tokens``/``hold_blocks`` the hot reserve, ``lent`` the sequences that borrow its
+    blocks; ``has_held`` whether a paused forward holds sequences (and blocks)."""
 
     now: float
     running: Seqs[Sequence]
@@ -53,6 +53,7 @@ class FillView:
     pause_cap_s: float | None
     hold_tokens: int
     hold_blocks: int
+    lent: frozenset[str]
     cold_need: float
     has_held: bool
     kv: BlockManager
@@ -64,15 +65,15 @@ class FillView:
 class FillResult:
     """A step's decisions: ``items`` to run, ``started`` waiting sequences that now run,
     ``preempted`` running ones (their blocks already freed) to requeue, ``finish_paused``
-    when class-0 work needs the paused forward's blocks, ``reserve_kept_out`` when the hot
-    block reserve kept a waiting prompt out; and what the policy learns from the step."""
+    when class-0 work needs the paused forward's blocks, ``lent`` the running sequences that
+    borrow the hot block reserve after the step; and what the policy learns from the step."""
 
     mode: str
     items: tuple[Chunk, ...]
     started: tuple[Sequence, ...]
     preempted: tuple[Sequence, ...]
     finish_paused: bool
-    reserve_kept_out: bool
+    lent: frozenset[str]
     used_by_class: tuple[int, ...]
     hot_blocks: int
     hot_min_slack: float
@@ -95,7 +96,7 @@ class StepFill:
         self.gone: set[str] = set()  # seq ids preempted this step
         self.n_running = len(view.running)
         self.finish_paused = False
-        self.reserve_kept_out = False  # the hot block reserve kept a waiting prompt out
+        self.borrowed: list[str] = []  # non-hot prompts admitted into the hot block reserve
         self.used = 0
         self.used_by_class = [0, 0, 0, 0]
         self.hot_blocks = 0
@@ -115,10 +116,18 @@ class StepFill:
         self._run()
         return FillResult(
             self.mode, tuple(g for g, _ in self.items.values()), tuple(self.started),
-            tuple(self.preempted), self.finish_paused, self.reserve_kept_out,
+            tuple(self.preempted), self.finish_paused, self._lent(),
             tuple(self.used_by_class),
             self.hot_blocks, self.hot_min_slack, self.hot_cap, self.context,
             self.estimate_s() if self.used else 0.0)
+
+    def _lent(self) -> frozenset[str]:
+        """Borrowers of the hot block reserve that still run, and this step's new ones."""
+        lent = self.v.lent
+        if lent:
+            running = {q.seq_id for q in self.v.running}
+            lent = frozenset(i for i in lent if i in running and i not in self.gone)
+        return lent.union(self.borrowed) if self.borrowed else lent
 
     def _run(self) -> None:
         v = self.v
@@ -174,7 +183,13 @@ class StepFill:
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
-        hot_tbt = [q.targets.tbt_p99_s for k, q in decodes if k[0] == 0]
+        # a hot step between pausable ones (mode "hot") comes some time after the streams'
+        # last tokens: the gap is that wait plus this step, so the cap is what is left of it
+        # (whole steps follow each other: the wait is 0 there)
+        waited = self.mode == "hot"
+        hot_tbt = [(q.targets.tbt_p99_s, self.now - q.last_token_time
+                    if waited and q.last_token_time is not None else 0.0)
+                   for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
@@ -199,7 +214,7 @@ class StepFill:
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if not k[1]]
         safety = v.tbt_safety
-        hot_caps = [safety * g for g in hot_tbt] if ab.chunking_enabled else []
+        hot_caps = [safety * g - w for g, w in hot_tbt] if ab.chunking_enabled else []
         kept_tbt = [q.targets.tbt_p99_s for k, q in decodes if protected(k, q)]
         if kept_tbt and ab.tbt_share_enabled:  # the others take turns under hot's TBT cap
             kept = decodes_within(decodes, safety * min(kept_tbt), v.cost)
@@ -213,7 +228,8 @@ class StepFill:
         pause = [v.pause_cap_s] if self.mode == "other" else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
-        self.cap = self._tokens_within(self.cap_s, len(decodes))
+        self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
+                    else self._tokens_within(self.cap_s, len(decodes)))
         self.hold_tokens, self.hold_blocks = v.hold_tokens, v.hold_blocks
         if ab.borrowing_enabled:
             spare = self.budget - self.hold_tokens - round(v.cold_need)
@@ -253,17 +269,14 @@ class StepFill:
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
             return
-        if cls > 0 and self.hold_blocks and is_waiting and (self.n_running or v.has_held):
-            # the hot reserve keeps new cold/warm prompts out; a prompt already running goes on
-            # into it (hot preempts it if it needs the blocks): held back, running prefills
-            # that between them filled the pool waited for each other forever. With nothing
-            # running it keeps nothing out: the reserve would only idle the engine until its
-            # window forgot the peak
-            if v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks:
-                self._admit_closed = self.reserve_kept_out = True
-                return
         if is_waiting:
-            self._admit(key, seq, n)
+            # a cold/warm prompt admitted into the hot block reserve borrows it: hot short of
+            # blocks preempts it first (``_preempt_below``). Kept out instead, the reserve's
+            # blocks idled while nobody was denied them
+            borrows = (cls > 0 and self.hold_blocks
+                       and v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks)
+            if self._admit(key, seq, n) and borrows:
+                self.borrowed.append(seq.seq_id)
         else:
             self._run_one(key, seq, n)
 
@@ -285,8 +298,17 @@ class StepFill:
             return n
         if floor and self._step_s(seq, floor) > limit:
             return floor
-        # floor fits (or is 0), n does not; the step time grows with the chunk
-        return largest_fitting(floor, n, lambda m: self._step_s(seq, m) <= limit)
+        # floor fits (or is 0), n does not; the step time grows with the chunk. _step_s
+        # inlined, the same sums in the same order: this runs a dozen times per prefill
+        step_time, used, ctx, attn_s = self.v.cost.step_time, self.used, self.context, self.attn_s
+        attn, start = self._attn, seq.num_computed_tokens
+
+        def fits(m: int) -> bool:
+            t = step_time(used + m, ctx) + attn_s
+            if attn is not None and m > 1:
+                t += attn(start, m)
+            return t <= limit
+        return largest_fitting(floor, n, fits)
 
     def estimate_s(self) -> float:
         """Estimated seconds of the step as filled so far."""
@@ -299,13 +321,14 @@ class StepFill:
             t += self._attn(seq.num_computed_tokens, n)
         return t
 
-    def _admit(self, key: tuple, seq: Sequence, n: int) -> None:
+    def _admit(self, key: tuple, seq: Sequence, n: int) -> bool:
+        """Start a waiting sequence with a chunk of ``n``; False if it could not start."""
         v, cls = self.v, key[0]
         if self._admit_closed and cls > 1:
-            return
+            return False
         while self.n_running >= v.config.max_num_seqs:
             if cls > 1 or not self._preempt_below(key):
-                return
+                return False
         got = v.try_schedule(seq, n)
         while got is None and cls <= 1 and self._preempt_below(key):
             got = v.try_schedule(seq, n)
@@ -313,10 +336,11 @@ class StepFill:
             self.finish_paused |= cls == 0 and v.has_held
             v.release_unscheduled(seq)
             self._admit_closed = True
-            return
+            return False
         self.started.append(seq)
         self.n_running += 1
         self._take(seq, got, cls)
+        return True
 
     def _run_one(self, key: tuple, seq: Sequence, n: int) -> None:
         v = self.v
@@ -347,7 +371,12 @@ class StepFill:
             if end <= deadline and (self.finish_by is None or deadline < self.finish_by):
                 self.finish_by = deadline  # later chunks must not make this one late
         if cls == 0:
-            self.hot_blocks += len(seq.block_ids)
+            self.hot_blocks += self._computed_blocks(seq)
+
+    def _computed_blocks(self, seq: Sequence) -> int:
+        """Blocks ``seq`` holds beyond the cached prefix it found at admission: what the
+        hot reserve sizes itself by (a later turn finds its prefix in the cache again)."""
+        return len(seq.block_ids) - seq.num_cached_tokens // self.v.kv.block_size
 
     def _chunk_attn(self, item: ScheduledSeq) -> float:
         if self._attn is None or item.num_tokens == 1:
@@ -355,7 +384,10 @@ class StepFill:
         return self._attn(item.start, item.num_tokens)
 
     def _preempt_below(self, key: tuple) -> bool:
-        """Preempt the least urgent running sequence ranked after ``key``; False if none."""
+        """Preempt the least urgent running sequence ranked after ``key``; False if none.
+        Hot work takes the hot block reserve back from its borrowers first."""
+        if key[0] == 0 and (self.v.lent or self.borrowed) and self._reclaim():
+            return True
         while self.victims:
             victim = self.victims[-1]
             if victim.seq_id in self.gone:
@@ -368,6 +400,18 @@ class StepFill:
             return True
         return False
 
+    def _reclaim(self) -> bool:
+        """Preempt the least urgent running borrower of the hot block reserve, if any."""
+        lent, new = self.v.lent, self.borrowed
+        for i in range(len(self.victims) - 1, -1, -1):
+            victim = self.victims[i]
+            sid = victim.seq_id
+            if sid not in self.gone and (sid in lent or sid in new) and self.v.key(victim)[0]:
+                del self.victims[i]
+                self._preempt(victim)
+                return True
+        return False
+
     def _preempt(self, seq: Sequence) -> None:
         entry = self.items.pop(seq.seq_id, None)
         if entry is not None:
@@ -376,7 +420,7 @@ class StepFill:
             self.used_by_class[cls] -= item.num_tokens
             self.attn_s -= self._chunk_attn(item)
             if cls == 0:
-                self.hot_blocks -= len(seq.block_ids)
+                self.hot_blocks -= self._computed_blocks(seq)
         self.v.kv.free(seq)
         self.gone.add(seq.seq_id)
         self.preempted.append(seq)

@@ -35,13 +35,15 @@ class LayerPause:
 
     def pause_due_at(self) -> float:
         """When the earliest running hot stream's next token falls due: ``tbt_safety`` of its
-        TBT target after its last token, less the estimated hot step (inf: none)."""
+        TBT target after its last token, less the estimated hot step and the layer in flight
+        when the time comes (at most ``pause_layer_frac`` of the target); inf: none."""
         hot = [q for q in self.running if self.rank(q) == 0 and not q.is_prefilling]
         if not (self.pausing and hot):
             return math.inf
         safety = self.tbt_safety()
         step = self.cost.step_time(len(hot), sum(q.num_computed_tokens for q in hot))
-        return min((q.last_token_time or -math.inf) + safety * q.targets.tbt_p99_s
+        frac = safety - self.policy.pause_layer_frac
+        return min((q.last_token_time or -math.inf) + frac * q.targets.tbt_p99_s
                    for q in hot) - step
 
     def pause_step_cap_s(self, now: float) -> float | None:

@@ -5,7 +5,8 @@ Each step ranks sequences into classes — 0 hot (and anything aged past its tie
 slack — then fills the step: every running decode first (one token each, most urgent first),
 then prefill work class by class under the token budget, the hot TBT cap and the hot
 reserve. A sequence short of KV blocks preempts the least urgent running sequence ranked
-below it (cold with the most slack first, then warm), never one above it. The parts live in
+below it (cold with the most slack first, then warm), never one above it; hot first takes
+back the block reserve from the cold and warm prompts that borrowed it. The parts live in
 their own modules and each can be switched off in ``LaserAblations`` (simulator and tests).
 The policy's memory between steps is one ``LaserState``; the layer pause's is a
 ``PauseState``.
@@ -100,15 +101,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         """Fraction of a TBT target a capped step may fill, given recent estimate errors."""
         p = self.policy
         return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
-
-    def reserved_idle_blocks(self) -> int:
-        """KV blocks held back for hot and not in use right now."""
-        if not self.ablations.reserve_enabled:
-            return 0
-        return min(self.reserve.blocks(self.kv.num_blocks), self.kv.num_free_blocks)
-
-    def kept_out(self) -> bool:
-        return self.state.reserve_kept_out
 
     # ---- ranking --------------------------------------------------------------------------
     def rank(self, seq: Sequence) -> int:
@@ -236,6 +228,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             pause_cap_s=self.pause_step_cap_s(now) if mode == "other" else None,
             hold_tokens=self.reserve.tokens(budget) if ab.reserve_enabled else 0,
             hold_blocks=self.reserve.blocks(self.kv.num_blocks) if ab.reserve_enabled else 0,
+            lent=self.reserve.lent if ab.reserve_enabled else frozenset(),
             cold_need=self.state.cold_need, has_held=bool(self.pause.held), kv=self.kv,
             try_schedule=self.try_schedule, release_unscheduled=self.release_unscheduled)
 
@@ -250,7 +243,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _after_step(self, fill: FillResult, now: float) -> None:
         st, budget = self.state, self.config.max_num_batched_tokens
         st.context = fill.context
-        st.reserve_kept_out = fill.reserve_kept_out
         if fill.mode != "other":  # a step without hot work says nothing of hot's slack
             st.hot_min_slack = fill.hot_min_slack
             st.hot_step_tokens = max(1, fill.hot_cap)
@@ -259,6 +251,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         st.other_load += 0.05 * (min(1.0, other / budget) - st.other_load)
         if self.ablations.reserve_enabled:
             self.reserve.observe(now, fill.used_by_class[0], fill.hot_blocks)
+            self.reserve.lent = fill.lent
 
     # ---- cold slack, aging, promotion, demotion -------------------------------------------
     def _age(self, now: float) -> None:

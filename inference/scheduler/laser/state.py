@@ -38,7 +38,6 @@ class LaserState:
     last_tokens: int = 1  # tokens of the last step (the speeds' typical step)
     context: int = 0  # context tokens the last step read
     other_load: float = 0.0  # EWMA: fraction of the token budget hot and warm used
-    reserve_kept_out: bool = False  # the last step's hot block reserve kept a prompt out
 
     def forget(self, seq: Sequence) -> None:
         """A finished sequence leaves every per-sequence mark."""

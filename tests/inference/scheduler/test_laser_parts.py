@@ -40,26 +40,35 @@ def test_reserve_follows_hot_demand_and_is_capped():
     assert r.blocks(40) == 20  # capped at half the pool
 
 
-def test_reserve_keeps_blocks_from_cold_admission():
+def test_reserve_lends_blocks_and_hot_takes_them_back_from_borrowers_first():
     policy = knobs(OFF, reserve_enabled=True, reserve_margin=0.0, reserve_max_frac=0.5)
-    sched = laser(policy, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
+    sched = laser(policy, num_blocks=24, max_num_batched_tokens=64, long_prefill_chunk=64)
     sched.add(make_request("h", 24, max_tokens=2), 0.0)  # 7 blocks of 4 at its peak
     for t in range(3):
         step(sched, float(t))
-    assert not sched.running
-    sched.add(make_request("h2", 4, max_tokens=20, first_token=60), 3.0)
+    assert not sched.running and sched.reserve.blocks(24) == 7
+    # c1 leaves 13 blocks free: admitted with room to spare. c2 (older, so by key order the
+    # more urgent of the two) would leave 2 of hot's 7: admitted all the same, as a borrower
+    cold = {"tier": Tier.COLD, "deadline": 1e6, "max_tokens": 4}
+    sched.add(make_request("c1", 40, arrival=3.0, salt="c1", **cold), 3.0)
     step(sched, 3.0)
-    sched.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
-    plan = step(sched, 4.0)
-    assert "c-0" not in ids(plan)  # 11 blocks would eat into hot's 7 of the 14 free
-    assert sched.kept_out() and sched.reserved_idle_blocks() > 0  # kept from cold
-    sched.abort("h2")
-    # with nothing running the reserve keeps nothing out (it would only idle the engine)
-    assert "c-0" in ids(step(sched, 5.0))
-    assert not sched.kept_out()  # free blocks, but nobody was denied them
-    no_reserve = laser(OFF, num_blocks=16, max_num_batched_tokens=64, long_prefill_chunk=64)
-    no_reserve.add(make_request("c", 40, max_tokens=4, tier=Tier.COLD, deadline=1e6), 3.0)
-    assert "c-0" in ids(step(no_reserve, 3.0))
+    sched.add(make_request("c2", 40, arrival=0.5, salt="c2", **cold), 4.0)
+    assert "c2-0" in ids(step(sched, 4.0))
+    assert sched.reserve.lent == {"c2-0"}
+    assert sched.reserved_idle_blocks() == 0 and not sched.kept_out()  # nothing idles
+    sched.add(make_request("h3", 24, max_tokens=2, salt="h3"), 5.0)
+    plan = step(sched, 5.0)
+    assert "h3-0" in ids(plan)
+    assert plan.preempted == ("c2-0",)  # the borrower, though key order would pick c1
+    assert "c1-0" in ids(plan) and not sched.reserve.lent
+    # without the reserve hot preempts by key order: the newest cold arrival
+    sched = laser(OFF, num_blocks=24, max_num_batched_tokens=64, long_prefill_chunk=64)
+    sched.add(make_request("c1", 40, arrival=3.0, salt="c1", **cold), 3.0)
+    step(sched, 3.0)
+    sched.add(make_request("c2", 40, arrival=0.5, salt="c2", **cold), 4.0)
+    step(sched, 4.0)
+    sched.add(make_request("h3", 24, max_tokens=2, salt="h3"), 5.0)
+    assert step(sched, 5.0).preempted == ("c1-0",)
 
 
 def test_hot_preempts_cold_first_then_warm():

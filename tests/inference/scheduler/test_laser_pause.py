@@ -40,9 +40,11 @@ def test_hot_and_the_rest_run_in_separate_steps_and_only_the_rest_may_pause():
     sched = laser()
     hot_decoding(sched)
     plan = sched.schedule(1.01)  # hot's next token is not due yet: the cold step runs alone
-    # due when hot's TBT target (times the safety) is near, less the hot step's estimate
+    # due when hot's TBT target (times the safety) is near, less the hot step's estimate and
+    # the layer in flight then (at most pause_layer_frac of the target)
     hot = sched.seqs["h-0"]
-    due = hot.last_token_time + sched.tbt_safety() * 0.5 - COST.step_time(1, 9)
+    frac = sched.tbt_safety() - sched.policy.pause_layer_frac
+    due = hot.last_token_time + frac * 0.5 - COST.step_time(1, 9)
     assert tiers(sched, plan) == {Tier.COLD} and plan.pause_until == pytest.approx(due)
     assert sched.pause_due_at() == pytest.approx(due)
     sched.update(plan, {s.seq_id: 7 for s in plan.scheduled if s.sample}, 1.01)
