@@ -79,14 +79,14 @@ def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None,
     (``kernels/_cpu``, AVX512-BF16 CPUs) instead, where it builds: faster than oneDNN for the
     few rows of a decode step on one thread (``bench/cpu_linear.py --model``)."""
     dtype = dtype or weight.dtype
+    if weight.dtype != dtype and not (weight.dtype, dtype) == (torch.float32, torch.bfloat16):
+        raise ValueError(f"cannot pack a {weight.dtype} weight as {dtype}")  # on any CPU
     if (native and dtype == torch.bfloat16 and weight.dtype == torch.float32
             and weight.dim() == 2 and weight.shape[1] % 2 == 0 and use_native(weight)
             and _cpu.gemm_supported()):
         return _cpu.pack_bf16(weight.detach().contiguous())
     if weight.dim() != 2 or not _onednn_ok(weight.device, dtype):
         return None
-    if weight.dtype != dtype and not (weight.dtype, dtype) == (torch.float32, torch.bfloat16):
-        raise ValueError(f"cannot pack a {weight.dtype} weight as {dtype}")
     try:
         return torch.ops.mkldnn._reorder_linear_weight(
             weight.detach().to(dtype).contiguous(), None)
