@@ -14,9 +14,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, given, settings
 
+from apps.core.errors import APIError
 from apps.gateway.params import parse_chat_request, parse_completion_request
 from inference.request import ContractTargets
-from laser_platform.errors import APIError
 
 PARSERS = {"ChatCompletionRequest": parse_chat_request,
            "CompletionRequest": parse_completion_request}

@@ -33,9 +33,9 @@ from django.utils import timezone
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
 from apps.batches.rendering import error_for, response_body
 from apps.batches.services import batch_touch
+from apps.core.errors import APIError
 from apps.gateway.serving import CHAT, COMPLETIONS, Caller, Served, retryable, serve
 from inference.errors import EngineUnavailable
-from laser_platform.errors import APIError
 
 if TYPE_CHECKING:
     from inference.engine.client import EngineClient

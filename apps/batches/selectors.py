@@ -16,8 +16,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from apps.batches.models import Batch, BatchLine, BatchStatus, LineStatus, could_be_id
+from apps.core.errors import NotFoundError
 from apps.tenants.models import Tenant
-from laser_platform.errors import NotFoundError
 
 
 def _fold(rows: Iterable[tuple[str, int]]) -> dict[str, int]:

@@ -30,9 +30,9 @@ from apps.batches.reports import report_batch_state, report_line
 from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
+from apps.core.errors import BadRequestError, NotFoundError
 from apps.slo.selectors import contract_for
 from apps.tenants.models import ApiKey, Tenant
-from laser_platform.errors import BadRequestError, NotFoundError
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from rest_framework.request import Request
 
-from laser_platform.errors import RequestTooLargeError
+from apps.core.errors import RequestTooLargeError
 
 # Room for the multipart framing and the small form fields around the file.
 FORM_OVERHEAD_BYTES = 64 * 1024

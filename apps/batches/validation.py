@@ -15,9 +15,9 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import APIError
+from apps.core.jsonbody import loads_bounded
 from apps.gateway.serving import parse_chat_request, parse_completion_request
-from laser_platform.errors import APIError
-from laser_platform.jsonbody import loads_bounded
 
 ENDPOINTS: dict[str, Callable[..., Any]] = {
     "/v1/chat/completions": parse_chat_request,

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from apps.core.errors import BadRequestError, EngineOverloadedError, RateLimitError
 from apps.core.lifecycle import is_draining
 from apps.gateway import ratelimit
 from apps.gateway.params import SERVICE_TIERS
-from laser_platform.errors import BadRequestError, EngineOverloadedError, RateLimitError
 
 if TYPE_CHECKING:
     from apps.slo.selectors import ContractSnapshot

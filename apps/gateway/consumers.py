@@ -26,10 +26,10 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from apps.core.errors import APIError, BadRequestError
 from apps.gateway.slots import Caller, slots
 from apps.gateway.turns import Session, apply_turn_messages, run_turn
 from apps.tenants.selectors import aapi_key_resolve
-from laser_platform.errors import APIError, BadRequestError
 
 logger = logging.getLogger(__name__)
 

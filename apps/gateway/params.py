@@ -15,10 +15,10 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import APIError, BadRequestError, NotFoundError
 from apps.gateway import features
 from inference.errors import InvalidParameter
 from inference.request import EngineRequest, Profile, SamplingParams, Tier
-from laser_platform.errors import APIError, BadRequestError, NotFoundError
 
 CHAT = "chat.completions"
 COMPLETIONS = "completions"

@@ -16,11 +16,11 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
+from apps.core.errors import APIError, json_error_response
 from apps.gateway import admission, http, serving, sse
 from apps.gateway.errors import api_error
 from apps.gateway.responses import completion_body
 from apps.gateway.slots import Caller
-from laser_platform.errors import APIError, json_error_response
 
 logger = logging.getLogger(__name__)
 

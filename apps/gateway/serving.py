@@ -39,6 +39,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from apps.core.errors import APIError, BadRequestError
 from apps.gateway import admission, ratelimit
 from apps.gateway.collect import Collector, Completion
 from apps.gateway.engine import (
@@ -69,7 +70,6 @@ from apps.gateway.responses import completion_body
 from apps.gateway.slots import Caller, caller_check, caps_for, slots
 from inference.errors import PromptTooLong
 from inference.request import Delta
-from laser_platform.errors import APIError, BadRequestError
 
 if TYPE_CHECKING:
     from inference.engine.client import DeltaStreamProtocol, EngineClient

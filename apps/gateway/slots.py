@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from laser_platform.errors import AuthenticationError, RateLimitError
+from apps.core.errors import AuthenticationError, RateLimitError
 
 logger = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import BadRequestError, NotFoundError, PermissionDeniedError
 from apps.slo import csv_export, fulfilment, usage, windows
 from apps.slo.access import is_platform_staff, tenant_ids, tenant_scope
 from apps.slo.models import ContractTerms, SLOContract
@@ -28,7 +29,6 @@ from apps.slo.services import contract_update
 from apps.tenants.authentication import ApiKeyAuthentication
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import user_is_tenant_admin
-from laser_platform.errors import BadRequestError, NotFoundError, PermissionDeniedError
 
 MAX_WINDOWS = 5000
 DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import BadRequestError
 from apps.slo.selectors import contracts_for_tenant
 from apps.tenants.models import Tenant
-from laser_platform.errors import BadRequestError
 
 TIER_ORDER = ("hot", "warm", "cold")
 MAX_TOKENS_LIMIT = 2048

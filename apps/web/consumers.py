@@ -25,11 +25,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from apps.core.errors import APIError, BadRequestError
 from apps.gateway.serving import slots
 from apps.web.access import is_member, tenant_for_session
 from apps.web.chat import ChatSetup, chat_setup, turn_params
 from apps.web.serving import browser_caller, serve_turn
-from laser_platform.errors import APIError, BadRequestError
 
 logger = logging.getLogger(__name__)
 

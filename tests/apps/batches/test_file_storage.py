@@ -12,8 +12,8 @@ from apps.batches.files import file_create, output_file_create
 from apps.batches.models import BatchFile, BatchFilePart
 from apps.batches.storage import PART_BYTES, content_chunks, content_lines
 from apps.batches.validation import validate_input
+from apps.core.errors import RequestTooLargeError
 from apps.slo.selectors import contract_for
-from laser_platform.errors import RequestTooLargeError
 from tests.apps.batches.conftest import chat_line, jsonl
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import pytest
 
 from apps.batches.validation import validate_input
 from apps.batches.windows import parse_window, window_deadline_s
+from apps.core.errors import BadRequestError
 from apps.slo.selectors import contract_for
-from laser_platform.errors import BadRequestError
 from tests.apps.batches.conftest import chat_line, jsonl
 
 pytestmark = pytest.mark.django_db

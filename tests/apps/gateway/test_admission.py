@@ -8,11 +8,11 @@ import time
 
 import pytest
 
+from apps.core.errors import APIError
 from apps.gateway import admission, ratelimit
 from apps.gateway.admission import aadmit, aresolve_tier, resolve_tier
 from apps.gateway.ratelimit import ADMITTED, LIMITED, QUOTA, Ask, Limits
 from inference.engine.stats import EngineStats
-from laser_platform.errors import APIError
 
 pytestmark = pytest.mark.django_db
 

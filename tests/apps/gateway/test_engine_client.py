@@ -66,8 +66,8 @@ async def test_prompts_are_tokenised_off_the_loop_after_a_byte_check(tiny_engine
 
     from asgiref.sync import sync_to_async
 
+    from apps.core.errors import APIError
     from apps.gateway.serving import CHAT, Caller, serve
-    from laser_platform.errors import APIError
 
     threads: list[int] = []
     real = tiny_engine.engine.encode

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from apps.core.errors import APIError
 from apps.gateway.params import parse_chat_request, parse_completion_request
 from inference.request import ContractTargets, Tier
-from laser_platform.errors import APIError
 
 MODEL = "smollm2-135m-instruct"
 TENANT = SimpleNamespace(pk=7)

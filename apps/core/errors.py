@@ -252,7 +252,7 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
 
 def handler500(request: HttpRequest) -> HttpResponse:
     if _is_api_request(request):
-        from laser_platform.middleware import request_id_for
+        from apps.core.middleware import request_id_for
 
         rid = request_id_for(request)
         message = ("The server had an error processing your request. If it persists, report "

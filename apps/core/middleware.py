@@ -74,6 +74,6 @@ class RequestIdMiddleware:
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)
-        from laser_platform.errors import handler500
+        from apps.core.errors import handler500
 
         return handler500(request)
