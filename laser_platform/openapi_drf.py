@@ -10,7 +10,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 
-from laser_platform.openapi import error_responses, nullable, ref
+from laser_platform.openapi_shapes import error_responses, nullable, ref
 
 _TS = {"type": ["integer", "null"]}
 _ID = {"type": ["string", "null"]}
