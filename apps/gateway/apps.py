@@ -9,6 +9,7 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from apps.gateway import lifecycle
+        from apps.gateway import lifecycle, metrics
 
         lifecycle.install()
+        metrics.install()
