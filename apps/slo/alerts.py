@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from celery import current_app
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
@@ -57,10 +58,8 @@ def _payload(alert: BreachAlert, tenant: Tenant) -> dict:
 
 
 def _enqueue(alert_id: int) -> None:
-    from apps.slo.tasks import deliver_alert_task
-
-    try:
-        deliver_alert_task.delay(alert_id)
+    try:  # by the task's name: the task module imports this one
+        current_app.signature("slo.deliver_alert", args=(alert_id,)).delay()
     except Exception:  # a broker outage must not fail the aggregation that raised the alert
         logger.exception("could not enqueue delivery of SLO alert %s", alert_id)
         BreachAlert.objects.filter(pk=alert_id).update(webhook_status="failed: not enqueued")
