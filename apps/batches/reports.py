@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 
 from apps.batches.models import Batch, BatchLine
-from apps.slo.reporting import BatchReport, RequestReport, report_batch, report_request
+from apps.slo.report_types import BatchReport, RequestReport
+from apps.slo.reporting import report_batch, report_request
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from apps.slo.reporting import percentile
+from apps.slo.stats import percentile
 
 STALL_FACTOR = 10.0  # a stall longer than 10× the TBT target interrupts a stream
 CLIENT_REJECTIONS = frozenset({"rejected_429", "rejected_400"})

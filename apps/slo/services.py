@@ -1,7 +1,7 @@
 """Writes for SLO contracts, and the reporting entry points every request path uses.
 
-``report_request`` / ``RequestReport`` / ``tbt_stats`` live in ``reporting`` and are re-exported
-here so callers import them from one place.
+``report_request`` (``reporting``), ``RequestReport`` (``report_types``) and ``tbt_stats``
+(``stats``) are re-exported here so callers import them from one place.
 """
 
 from __future__ import annotations
@@ -10,15 +10,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from apps.slo.models import ContractTerms, ContractVersion, SLOContract
-from apps.slo.reporting import (  # noqa: F401 (public API)
-    BatchReport,
-    RequestReport,
-    flush_reports,
-    percentile,
-    report_batch,
-    report_request,
-    tbt_stats,
-)
+from apps.slo.report_types import BatchReport, RequestReport  # noqa: F401 (public API)
+from apps.slo.reporting import flush_reports, report_batch, report_request  # noqa: F401
+from apps.slo.stats import percentile, tbt_stats  # noqa: F401
 from apps.slo.validation import validate_contract
 from apps.tenants.models import Tenant, Tier
 from apps.tenants.plans import plan_default_terms

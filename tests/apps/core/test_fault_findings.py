@@ -35,7 +35,8 @@ def failing_writes(monkeypatch):
 
 
 def _reports(tenant, count: int):
-    from apps.slo.reporting import RequestReport, report_request
+    from apps.slo.report_types import RequestReport
+    from apps.slo.reporting import report_request
 
     now = time.time()
     for i in range(count):

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from apps.slo.reporting import RequestReport
+from apps.slo.report_types import RequestReport
 from apps.slo.selectors import contract_for
 from apps.slo.services import BatchReport, flush_reports, report_batch, report_request
 
