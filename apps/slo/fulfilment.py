@@ -27,6 +27,8 @@ from apps.slo.models import (
     UsageDaily,
     WindowAggregate,
 )
+from apps.slo.selectors import aggregated_through
+from apps.slo.usage import totals
 
 TIERS = ("hot", "warm", "cold")
 Key = tuple[int, str, dt.datetime]  # tenant id, tier, window start
@@ -124,10 +126,6 @@ def compute_range(tenant_id: int, tier: str, since: dt.datetime, until: dt.datet
     return {"stats": stats, "terms": result, "contract_version": getattr(terms, "number", None)}
 
 
-def mark_of(window: str) -> dt.datetime | None:
-    return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()
-
-
 def _first_data(window: str) -> dt.datetime | None:
     first = RequestRecord.objects.order_by("finished_at").values_list("finished_at", flat=True)
     first_batch = BatchRecord.objects.order_by("deadline").values_list("deadline", flat=True)
@@ -136,8 +134,6 @@ def _first_data(window: str) -> dt.datetime | None:
 
 
 def _store_usage(since: dt.datetime, until: dt.datetime) -> None:
-    from apps.slo.usage import totals
-
     for row in totals(since, until):
         UsageDaily.objects.update_or_create(
             tenant_id=row["tenant_id"], key_prefix=row["key_prefix"], tier=row["tier"],
@@ -157,7 +153,7 @@ def materialise(*, now: dt.datetime | None = None) -> list[dict]:
     stored: list[dict] = []
     for window in windows.WINDOWS:
         limit = windows.floor(now - grace(), window)
-        mark = mark_of(window) or _first_data(window) or limit
+        mark = aggregated_through(window) or _first_data(window) or limit
         if mark >= limit:
             AggregationMark.objects.update_or_create(window=window, defaults={"through": mark})
             continue
@@ -182,7 +178,7 @@ def series(window: str, since: dt.datetime, until: dt.datetime, *,
     """Every non-empty window overlapping ``[since, until)``, oldest first: final ones from the
     materialised table, later ones computed from the records."""
     tiers, since = list(tiers), windows.floor(since, window)
-    mark = mark_of(window)
+    mark = aggregated_through(window)
     rows: dict[Key, dict] = {}
     if mark is not None and since < mark:
         qs = _filter(WindowAggregate.objects, tenant_ids).filter(

@@ -6,11 +6,12 @@ Contracts leave this module as plain frozen values (``ContractSnapshot`` holding
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass
 
 from asgiref.sync import sync_to_async
 
-from apps.slo.models import ContractTerms, SLOContract
+from apps.slo.models import AggregationMark, ContractTerms, SLOContract
 from apps.tenants.models import Tenant
 from inference.request import ContractTargets
 
@@ -109,3 +110,8 @@ def contracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
 
 async def acontracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
     return await sync_to_async(contracts_for_tenant, thread_sensitive=True)(tenant=tenant)
+
+
+def aggregated_through(window: str) -> dt.datetime | None:
+    """Where the materialised ``window`` aggregates end (``None`` before the first run)."""
+    return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()
