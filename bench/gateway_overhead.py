@@ -206,7 +206,7 @@ def body(prompt: str, tokens: int) -> dict:
 async def direct_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None, list[float]]:
     from apps.gateway.params import parse_chat_request
 
-    parsed = parse_chat_request(body(prompt, tokens), tenant=ctx["tenant"], api_key=ctx["key"],
+    parsed = parse_chat_request(body(prompt, tokens), tenant=ctx["tenant"],
                                 contract=ctx["contract"])
     t0, ttft, delays = time.time(), None, []
     stream = await ctx["engine"].generate(parsed.engine_request)

@@ -85,13 +85,13 @@ class Recording(dict):
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_every_field_the_parser_reads_is_documented_and_nothing_else(schema, name):
     body = Recording({"model": _model(), **MINIMAL[name]})
-    PARSERS[name](body, tenant=TENANT, api_key=None, contract=CONTRACT)
+    PARSERS[name](body, tenant=TENANT, contract=CONTRACT)
     documented = set(schema["components"]["schemas"][name]["properties"])
     assert body.read == documented
 
 
 def _parse(name: str, body: Any) -> Any:
-    return PARSERS[name](body, tenant=TENANT, api_key=None, contract=CONTRACT)
+    return PARSERS[name](body, tenant=TENANT, contract=CONTRACT)
 
 
 def _strategy(schema: dict[str, Any], path: str):

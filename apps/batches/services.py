@@ -133,7 +133,7 @@ def batch_validate(*, batch_id: int) -> Batch | None:
                               "line": None}])
     try:
         result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
-                                tenant=batch.tenant, api_key=batch.api_key, contract=contract)
+                                tenant=batch.tenant, contract=contract)
     except DatabaseError:
         raise  # transient: the task fails and the sweep re-dispatches the batch
     except Exception:  # a bug must fail the batch visibly, not leave it validating for a day

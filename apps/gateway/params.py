@@ -65,7 +65,7 @@ def bad(param: str, message: str, code: str | None = "invalid_value") -> BadRequ
     return BadRequestError(message, param=param, code=code)
 
 
-def parse_chat_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
+def parse_chat_request(body: Any, *, tenant: Any, contract: Any,
                        request_id: str | None = None, deadline: float | None = None,
                        session_id: str | None = None) -> ParsedRequest:
     """Validate a `/v1/chat/completions` body; raise ``APIError`` 400 naming the parameter."""
@@ -84,7 +84,7 @@ def parse_chat_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
                   max_key=max_key)
 
 
-def parse_completion_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
+def parse_completion_request(body: Any, *, tenant: Any, contract: Any,
                              request_id: str | None = None, deadline: float | None = None,
                              session_id: str | None = None) -> ParsedRequest:
     """Validate a `/v1/completions` body; raise ``APIError`` 400 naming the parameter."""

@@ -271,7 +271,7 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         tier, contract = await admission.aresolve_tier(asked, caller.default_tier, caller.tenant)
         trace.tier_asked, trace.contract_version_id = tier, contract.version_id
         parsed = served.parsed = PARSERS[kind](
-            body, tenant=caller.tenant, api_key=caller.api_key, contract=contract,
+            body, tenant=caller.tenant, contract=contract,
             request_id=request_id, session_id=session_id, deadline=deadline)
         trace.request_id = parsed.request_id
         slots.acquire(caller)

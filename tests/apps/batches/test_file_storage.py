@@ -55,7 +55,7 @@ def test_lines_that_straddle_parts_validate_like_the_whole_file(cold, upload):
     assert list(content_lines(stored.pk)) == data.split(b"\n")
     contract = contract_for(tenant=cold.tenant, tier="cold")
     result = validate_input(content_lines(stored.pk), endpoint="/v1/chat/completions",
-                            tenant=cold.tenant, api_key=cold.key, contract=contract)
+                            tenant=cold.tenant, contract=contract)
     assert result.ok and len(result.lines) == data.count(b"\n")
 
 

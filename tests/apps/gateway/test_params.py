@@ -12,7 +12,6 @@ from inference.request import ContractTargets, Tier
 
 MODEL = "smollm2-135m-instruct"
 TENANT = SimpleNamespace(pk=7)
-KEY = SimpleNamespace(pk=3, default_tier="hot")
 
 
 def contract(tier: str = "hot") -> SimpleNamespace:
@@ -21,12 +20,12 @@ def contract(tier: str = "hot") -> SimpleNamespace:
 
 def chat(**body):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body}
-    return parse_chat_request(body, tenant=TENANT, api_key=KEY, contract=contract())
+    return parse_chat_request(body, tenant=TENANT, contract=contract())
 
 
 def completion(**body):
     body = {"model": MODEL, "prompt": "Once upon", **body}
-    return parse_completion_request(body, tenant=TENANT, api_key=KEY, contract=contract("warm"))
+    return parse_completion_request(body, tenant=TENANT, contract=contract("warm"))
 
 
 def test_chat_fields_reach_the_engine_request():
@@ -158,5 +157,5 @@ def test_unknown_model_is_404_model_not_found():
 
 def test_non_object_body_is_refused():
     with pytest.raises(APIError) as info:
-        parse_chat_request([1, 2], tenant=TENANT, api_key=KEY, contract=contract())
+        parse_chat_request([1, 2], tenant=TENANT, contract=contract())
     assert info.value.status == 400
