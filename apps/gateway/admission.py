@@ -27,9 +27,6 @@ if TYPE_CHECKING:
     from apps.slo.selectors import ContractSnapshot
     from inference.engine.stats import EngineStats
 
-TIER_NAMES = ("hot", "warm", "cold")
-
-
 def _asked_tier(service_tier: Any, default_tier: str) -> str:
     if service_tier is not None and (not isinstance(service_tier, str)
                                      or service_tier not in SERVICE_TIERS):

@@ -203,10 +203,6 @@ def flush_reports() -> int:
     return _reporter.flush()
 
 
-def pending_reports() -> int:
-    return _reporter.pending()
-
-
 def dropped_reports() -> int:
     """Reports dropped since the process started because the buffer was full."""
     return _reporter.dropped_total

@@ -108,10 +108,6 @@ def contracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
     return sorted((snapshot_of(c) for c in contracts), key=lambda s: order.get(s.tier, 9))
 
 
-async def acontracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
-    return await sync_to_async(contracts_for_tenant, thread_sensitive=True)(tenant=tenant)
-
-
 def aggregated_through(window: str) -> dt.datetime | None:
     """Where the materialised ``window`` aggregates end (``None`` before the first run)."""
     return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()
