@@ -89,7 +89,7 @@ def main() -> int:
     args = parser.parse_args()
 
     connection, old_name = _setup_database()
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from apps.slo.services import flush_reports
     from tests.apps.gateway.live import LiveServer, start_engine, write_tiny_model
     from tests.openapi_fuzz import PATH_PARAMETERS, Report, fuzz

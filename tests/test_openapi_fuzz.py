@@ -18,7 +18,7 @@ EXAMPLES = 6
 
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory: Any) -> Any:
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from tests.apps.gateway.live import start_engine, write_tiny_model
 
     path = write_tiny_model(tmp_path_factory.mktemp("fuzz-model") / "tiny.gguf")

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from apps.gateway.engine import current_engine_client
+from apps.gateway.engine_client import current_engine_client
 from apps.slo.metrics import REGISTRY
 
 logger = logging.getLogger(__name__)

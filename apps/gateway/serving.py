@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from apps.core.errors import APIError, BadRequestError
 from apps.gateway import admission, ratelimit
 from apps.gateway.collect import Collector, Completion
-from apps.gateway.engine import (
+from apps.gateway.engine_client import (
     complete_sync,
     current_engine_client,
     engine_config,

@@ -70,7 +70,7 @@ def _lines(client, file_id):
 def _direct(tenant, rows):
     """The same greedy requests, straight into a fresh in-process engine."""
     from apps.batches.rendering import response_body
-    from apps.gateway.engine import build_async_engine, complete_sync
+    from apps.gateway.engine_client import build_async_engine, complete_sync
     from apps.gateway.params import parse_chat_request
     from apps.slo.selectors import contract_for
 
