@@ -9,7 +9,7 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from apps.gateway import lifecycle, metrics
+        from apps.gateway import engine_component, metrics
 
-        lifecycle.install()
+        engine_component.install()
         metrics.install()
