@@ -18,7 +18,7 @@ from django.http.response import HttpResponseBase
 
 from apps.core.errors import APIError, json_error_response
 from apps.gateway import admission, http, serving, sse
-from apps.gateway.errors import api_error
+from apps.gateway.engine_errors import api_error
 from apps.gateway.responses import completion_body
 from apps.gateway.slots import Caller
 

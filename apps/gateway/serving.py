@@ -50,7 +50,7 @@ from apps.gateway.engine_client import (
     set_engine_client,
     stop_engine_client,
 )
-from apps.gateway.errors import AbortedByServer, api_error
+from apps.gateway.engine_errors import AbortedByServer, api_error
 from apps.gateway.params import (
     CHAT,
     COMPLETIONS,
