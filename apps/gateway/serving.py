@@ -58,7 +58,9 @@ from apps.gateway.params import (
     parse_chat_request,
     parse_completion_request,
 )
-from apps.gateway.reporting import (
+from apps.gateway.responses import completion_body
+from apps.gateway.slots import Caller, caller_check, caps_for, slots
+from apps.gateway.trace import (
     CANCELLED,
     INTERRUPTED,
     OK,
@@ -66,8 +68,6 @@ from apps.gateway.reporting import (
     error_code,
     outcome_for_error,
 )
-from apps.gateway.responses import completion_body
-from apps.gateway.slots import Caller, caller_check, caps_for, slots
 from inference.errors import PromptTooLong
 from inference.request import Delta
 
