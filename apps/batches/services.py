@@ -16,7 +16,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from apps.batches import dispatch
+from apps.batches import enqueue
 from apps.batches.files import expiry_seconds, file_get
 from apps.batches.models import (
     Batch,
@@ -85,7 +85,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
         deadline_at=now + dt.timedelta(seconds=window_s), progress_at=now,
     )
     report_batch_state(batch)
-    dispatch.after_commit(dispatch.validate, batch.pk)
+    enqueue.after_commit(enqueue.validate, batch.pk)
     return batch
 
 
@@ -112,7 +112,7 @@ def batch_cancel(*, tenant: Tenant, batch_id: str) -> Batch:
         raise BadRequestError(f"Cannot cancel a batch with status '{batch.status}'.",
                               param="batch_id", code="batch_not_cancellable")
     report_batch_state(batch)
-    dispatch.after_commit(dispatch.finalize, batch.pk)
+    enqueue.after_commit(enqueue.finalize, batch.pk)
     return batch
 
 
@@ -153,7 +153,7 @@ def _fail(batch: Batch, errors: list[dict]) -> Batch:
         errors={"object": "list", "data": errors})
     batch.refresh_from_db()
     if batch.status == BatchStatus.CANCELLING:
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     report_batch_state(batch)
     return batch
 
@@ -185,7 +185,7 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
     if batch.status == BatchStatus.IN_PROGRESS:
         batch_enqueue_chunks(batch=batch)
     else:  # cancelled while validating
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     return batch
 
 
@@ -215,9 +215,9 @@ def batch_enqueue_chunks(*, batch: Batch) -> int:
                    .order_by("line_no").values_list("line_no", flat=True))
     ranges = chunk_ranges(pending, settings.LASER_BATCH_CHUNK_LINES)
     for first, last in ranges:
-        dispatch.after_commit(dispatch.chunk, batch.pk, first, last)
+        enqueue.after_commit(enqueue.chunk, batch.pk, first, last)
     if ranges:
         batch_touch(batch_id=batch.pk)
     else:
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     return len(ranges)

@@ -35,7 +35,7 @@ def validate_batch(batch_id: int) -> None:
 )
 def run_chunk(self, batch_id: int, first: int, last: int) -> None:
     """Run lines ``first..last``; hand back what the soft limit left; finalize when done."""
-    from apps.batches import dispatch
+    from apps.batches import enqueue
 
     try:
         result = chunk_run(batch_id=batch_id, first=first, last=last)
@@ -44,7 +44,7 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
         raise self.retry(exc=exc, countdown=5) from exc
     if result.leftover:
         batch_touch(batch_id=batch_id)
-        dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0], result.leftover[-1])
+        enqueue.after_commit(enqueue.chunk, batch_id, result.leftover[0], result.leftover[-1])
     batch_finalize(batch_id=batch_id)
 
 

@@ -90,10 +90,10 @@ class TaskQueue:
 
 @pytest.fixture
 def queue(monkeypatch) -> TaskQueue:
-    from apps.batches import dispatch
+    from apps.batches import enqueue
 
     q = TaskQueue()
-    monkeypatch.setattr(dispatch, "after_commit", q.put)
+    monkeypatch.setattr(enqueue, "after_commit", q.put)
     return q
 
 

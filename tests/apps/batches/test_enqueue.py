@@ -1,4 +1,4 @@
-"""dispatch sends tasks by name: every name it sends is a registered task taking those args."""
+"""enqueue sends tasks by name: every name it sends is a registered task taking those args."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import inspect
 import pytest
 from celery import current_app
 
-from apps.batches import dispatch
+from apps.batches import enqueue
 
 
 @pytest.mark.parametrize(("send", "args"), [
-    (dispatch.validate, (7,)), (dispatch.chunk, (7, 0, 3)), (dispatch.finalize, (7,)),
+    (enqueue.validate, (7,)), (enqueue.chunk, (7, 0, 3)), (enqueue.finalize, (7,)),
 ])
 def test_each_send_names_a_registered_task_that_takes_its_args(monkeypatch, send, args):
     import apps.batches.tasks  # noqa: F401 (registers the tasks, as a worker's autodiscovery)
