@@ -1,3 +1,5 @@
+"""The batches app: its embedded worker, and its live job view handed to the SLO dashboard."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig

@@ -1,3 +1,5 @@
+"""The gateway app: registers the engine component and the engine gauges on ``/metrics``."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig

@@ -1,3 +1,5 @@
+"""The SLO app: starts the report writer, the signals, the beat schedule and housekeeping."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig
