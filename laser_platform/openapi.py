@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from apps.core.tiers import TIERS
 from apps.gateway.params import MAX_COMPLETION_LOGPROBS
 from apps.gateway.params import SERVICE_TIERS as _TIERS
 from inference.request import (
@@ -207,7 +208,7 @@ _COMPLETION_ERRORS = (400, 401, 404, 405, 413, 415, 429, 500, 503)
 
 def _completions_path(name: str, summary: str, body: str, answer: str) -> dict[str, Any]:
     headers = {"X-Request-Id": {"schema": {"type": "string"}},
-               "X-Laser-Tier": {"schema": {"enum": ["hot", "warm", "cold"]}}}
+               "X-Laser-Tier": {"schema": {"enum": [tier.value for tier in TIERS]}}}
     return {"post": {
         "operationId": name, "summary": summary, "tags": ["inference"],
         "security": [{"bearer": []}, {"apiKey": []}],

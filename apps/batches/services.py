@@ -31,12 +31,12 @@ from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
 from apps.core.errors import BadRequestError, NotFoundError
+from apps.core.tiers import Tier
 from apps.slo.selectors import contract_for
 from apps.tenants.models import ApiKey, Tenant
 
 logger = logging.getLogger(__name__)
 
-COLD = "cold"
 CANCELLABLE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
 
 
@@ -72,7 +72,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     if input_file.purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError("The input file must have purpose 'batch'.",
                               param="input_file_id", code="invalid_value")
-    contract = contract_for(tenant=tenant, tier=COLD)
+    contract = contract_for(tenant=tenant, tier=Tier.COLD)
     window_s = window_deadline_s(completion_window, contract=contract)
     now = timezone.now()
     batch = Batch.objects.create(
@@ -126,7 +126,7 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     if batch is None or batch.status != BatchStatus.VALIDATING:
         return batch
     present = BatchFile.objects.filter(pk=batch.input_file_id).exists()
-    contract = contract_for(tenant=batch.tenant, tier=COLD)
+    contract = contract_for(tenant=batch.tenant, tier=Tier.COLD)
     if not present or contract is None:
         why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,

@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from apps.core.errors import APIError, BadRequestError, NotFoundError
+from apps.core.tiers import TIERS
 from apps.gateway import features
 from inference.errors import InvalidParameter
 from inference.request import EngineRequest, Profile, SamplingParams, Tier
@@ -24,7 +25,7 @@ CHAT = "chat.completions"
 COMPLETIONS = "completions"
 # OpenAI's `service_tier` values plus Laser's own tier names; everything else is a 400.
 SERVICE_TIERS = {"auto": None, "default": None, "priority": Tier.HOT, "flex": Tier.COLD,
-                 "hot": Tier.HOT, "warm": Tier.WARM, "cold": Tier.COLD}
+                 **{tier.value: tier for tier in TIERS}}
 MAX_COMPLETION_LOGPROBS = 5
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.core.tiers import TIERS, Tier
 from apps.slo import fulfilment, windows
 from apps.slo.models import BatchRecord, BreachAlert
 from apps.slo.selectors import ContractSnapshot, contracts_for_tenant
@@ -21,6 +22,8 @@ TERM_LABELS = {
     "warm_floor": "delivered tokens/s", "warm_mean_ttft": "mean TTFT",
     "cold_jobs": "jobs on time", "cold_lines": "lines on time",
 }
+# The term each minute's attainment point of the chart shows, per tier.
+MINUTE_TERM = {Tier.HOT: "ttft_within", Tier.WARM: "warm_floor", Tier.COLD: "cold_lines"}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -33,9 +36,9 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
     hour = fulfilment.compute_range(snap.tenant_id, tier, since, now, now=now)
     stats, terms = hour["stats"], hour["terms"]
     summary = fulfilment.attainment(rows, tier)
-    if tier == "hot":
+    if tier == Tier.HOT:
         value, target = terms["ttft_within"]["actual"], 0.99
-    elif tier == "cold":
+    elif tier == Tier.COLD:
         value, target = terms["cold_jobs"]["actual"], t.cold_percentile / 100.0
     else:
         value, target = summary["attainment"], 0.99
@@ -49,7 +52,7 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
         "requests": stats["requests"],
         "ttft_p99_ms": _ms(stats["ttft_p99_s"]), "ttft_mean_ms": _ms(stats["ttft_mean_s"]),
         "tbt_p99_ms": _ms(stats["tbt_p99_s"]),
-        "ttft_target_ms": _ms(t.ttft_p99_s if tier == "hot" else t.warm_mean_ttft_s),
+        "ttft_target_ms": _ms(t.ttft_p99_s if tier == Tier.HOT else t.warm_mean_ttft_s),
         "tbt_target_ms": _ms(t.tbt_p99_s),
         "interruptions": stats.get("interrupted", stats["outcomes"].get("interrupted", 0)),
         "interruption_rate": terms.get("interruption_rate", {}).get("actual"),
@@ -64,10 +67,10 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
 def _minute_attainment(tier: str, row: dict | None) -> float | None:
     if row is None:
         return None
-    term = {"hot": "ttft_within", "warm": "warm_floor", "cold": "cold_lines"}[tier]
+    term = MINUTE_TERM[Tier(tier)]
     verdict = row["terms"].get(term) or {}
     actual = verdict.get("actual")
-    if tier == "warm" and actual is not None:
+    if tier == Tier.WARM and actual is not None:
         return min(1.0, actual / verdict["target"]) * 100.0
     return None if actual is None else actual * 100.0
 
@@ -75,7 +78,7 @@ def _minute_attainment(tier: str, row: dict | None) -> float | None:
 def _series(rows: list[dict], starts: list[dt.datetime]) -> dict[str, Any]:
     by_key = {(r["tier"], r["start"]): r for r in rows}
     out: dict[str, Any] = {"labels": [s.strftime("%H:%M") for s in starts]}
-    for tier in ("hot", "warm", "cold"):
+    for tier in TIERS:
         cells = [by_key.get((tier, s)) for s in starts]
         out[tier] = {
             "ttft_p99_ms": [_ms(c["stats"]["ttft_p99_s"]) if c else None for c in cells],
@@ -142,7 +145,7 @@ def payload(tenant: Tenant, *, now: dt.datetime | None = None) -> dict[str, Any]
     rows = fulfilment.series("minute", first, now, tenant_ids=[tenant.pk])
     contracts = contracts_for_tenant(tenant=tenant)
     cards = [_card(s, [r for r in rows if r["tier"] == s.tier], first, now) for s in contracts]
-    hot = next((s for s in contracts if s.tier == "hot"), None)
+    hot = next((s for s in contracts if s.tier == Tier.HOT), None)
     return {
         "tenant": {"slug": tenant.slug, "name": tenant.name},
         "generated_at": now.isoformat(),

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.tiers import TIERS, Tier
 from apps.slo import accounting, windows
 from apps.slo.models import (
     AggregationMark,
@@ -30,7 +31,6 @@ from apps.slo.models import (
 from apps.slo.selectors import aggregated_through
 from apps.slo.usage import totals
 
-TIERS = ("hot", "warm", "cold")
 Key = tuple[int, str, dt.datetime]  # tenant id, tier, window start
 
 
@@ -53,11 +53,11 @@ def _group(window: str, since: dt.datetime, until: dt.datetime,
     for r in qs.order_by("finished_at").iterator(chunk_size=2000):
         records[(r.tenant_id, r.tier_asked, windows.floor(r.finished_at, window))].append(r)
     batches: dict[Key, list] = defaultdict(list)
-    if "cold" in tiers:
+    if Tier.COLD in tiers:
         bqs = _filter(BatchRecord.objects, tenant_ids).filter(deadline__gte=since,
                                                              deadline__lt=until)
         for b in bqs.iterator():
-            batches[(b.tenant_id, "cold", windows.floor(b.deadline, window))].append(b)
+            batches[(b.tenant_id, Tier.COLD, windows.floor(b.deadline, window))].append(b)
     return records, batches
 
 
@@ -118,7 +118,7 @@ def compute_range(tenant_id: int, tier: str, since: dt.datetime, until: dt.datet
                                       finished_at__gte=since, finished_at__lt=until)
     records = list(qs.order_by("finished_at"))
     batches = (list(BatchRecord.objects.filter(tenant_id=tenant_id, deadline__gte=since,
-                                               deadline__lt=until)) if tier == "cold" else [])
+                                               deadline__lt=until)) if tier == Tier.COLD else [])
     terms = _Terms().for_window(tenant_id, tier, records)
     stats, result = accounting.evaluate(tier, records, terms,
                                         seconds=(until - since).total_seconds(),
@@ -211,5 +211,5 @@ def attainment(rows: Iterable[dict], tier: str) -> dict[str, Any]:
     return {
         "term": term, "windows_judged": judged, "windows_kept": kept,
         "attainment": kept / judged if judged else None,
-        "requests_within": within / measured if tier == "hot" and measured else None,
+        "requests_within": within / measured if tier == Tier.HOT and measured else None,
     }

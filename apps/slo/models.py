@@ -10,7 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from apps.tenants.models import ApiKey, Tenant, Tier
+from apps.core.tiers import CHOICES
+from apps.tenants.models import ApiKey, Tenant
 
 
 class Window(models.TextChoices):
@@ -84,7 +85,7 @@ class SLOContract(ContractTerms):
     """What one tier owes one tenant. A tenant may use exactly the tiers it has a contract for."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="slo_contracts")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     current_version = models.ForeignKey(
         "ContractVersion", on_delete=models.PROTECT, null=True, blank=True, editable=False,
         related_name="+",
@@ -151,8 +152,8 @@ class RequestRecord(models.Model):
     contract_version = models.ForeignKey(
         ContractVersion, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    tier_asked = models.CharField(max_length=8, choices=Tier.choices)
-    tier_served = models.CharField(max_length=8, choices=Tier.choices, blank=True)
+    tier_asked = models.CharField(max_length=8, choices=CHOICES)
+    tier_served = models.CharField(max_length=8, choices=CHOICES, blank=True)
     demoted = models.BooleanField(default=False)
     endpoint = models.CharField(max_length=64, blank=True)
     streamed = models.BooleanField(default=False)
@@ -218,7 +219,7 @@ class WindowAggregate(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     window = models.CharField(max_length=8, choices=Window.choices)
     start = models.DateTimeField()
     contract_version = models.ForeignKey(
@@ -245,7 +246,7 @@ class UsageDaily(models.Model):
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     key_prefix = models.CharField(max_length=16, blank=True)
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     day = models.DateField()
     requests = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -279,7 +280,7 @@ class BreachAlert(models.Model):
     """A term missed over a window. The unique constraint makes each alert fire at most once."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     window = models.CharField(max_length=8, choices=Window.choices)
     window_start = models.DateTimeField()
     term = models.CharField(max_length=32)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from apps.core.tiers import TIERS, Tier
 from apps.slo.models import Outcome
 
-TIERS = ("hot", "warm", "cold")
 OUTCOMES = frozenset(Outcome.values)
 
 Timestamp = float | dt.datetime | None
@@ -55,7 +55,7 @@ class RequestReport:
         # Fail in the caller's tests, not silently in the writer thread.
         if self.outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {self.outcome!r}; one of {sorted(OUTCOMES)}")
-        if self.tier_asked not in TIERS or (self.tier_served or "hot") not in TIERS:
+        if self.tier_asked not in TIERS or (self.tier_served or Tier.HOT) not in TIERS:
             raise ValueError(f"unknown tier {self.tier_asked!r}/{self.tier_served!r}")
         if self.tier_served is None:
             self.tier_served = self.tier_asked

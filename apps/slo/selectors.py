@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from asgiref.sync import sync_to_async
 
+from apps.core.tiers import Tier
 from apps.slo.models import AggregationMark, ContractTerms, SLOContract
 from apps.tenants.models import Tenant
 from inference.request import ContractTargets
@@ -101,11 +102,10 @@ async def acontract_for(*, tenant: TenantRef, tier: str) -> ContractSnapshot | N
 
 def contracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
     """Every contract of ``tenant``, in tier order hot, warm, cold."""
-    order = {"hot": 0, "warm": 1, "cold": 2}
     contracts = SLOContract.objects.select_related("current_version").filter(
         tenant_id=_tenant_id(tenant)
     )
-    return sorted((snapshot_of(c) for c in contracts), key=lambda s: order.get(s.tier, 9))
+    return sorted((snapshot_of(c) for c in contracts), key=lambda s: Tier(s.tier).rank)
 
 
 def aggregated_through(window: str) -> dt.datetime | None:

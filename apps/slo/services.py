@@ -9,12 +9,13 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from apps.core.tiers import Tier
 from apps.slo.models import ContractTerms, ContractVersion, SLOContract
 from apps.slo.report_types import BatchReport, RequestReport  # noqa: F401 (public API)
 from apps.slo.reporting import flush_reports, report_batch, report_request  # noqa: F401
 from apps.slo.stats import percentile, tbt_stats  # noqa: F401
 from apps.slo.validation import validate_contract
-from apps.tenants.models import Tenant, Tier
+from apps.tenants.models import Tenant
 from apps.tenants.plans import plan_default_terms
 
 # The design's table, per tier. Fields not listed take the model defaults.
