@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, given, settings
 
 from apps.core.errors import APIError
-from apps.gateway.params import parse_chat_request, parse_completion_request
+from apps.gateway.params import parse_chat_request, parse_completion_request, service_tier
 from inference.request import ContractTargets
 
 PARSERS = {"ChatCompletionRequest": parse_chat_request,
@@ -85,12 +85,15 @@ class Recording(dict):
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_every_field_the_parser_reads_is_documented_and_nothing_else(schema, name):
     body = Recording({"model": _model(), **MINIMAL[name]})
-    PARSERS[name](body, tenant=TENANT, contract=CONTRACT)
+    _parse(name, body)
     documented = set(schema["components"]["schemas"][name]["properties"])
     assert body.read == documented
 
 
 def _parse(name: str, body: Any) -> Any:
+    """What the serving path reads of a body before the engine: ``service_tier`` (admission
+    resolves the tier first), then the rest (the parser)."""
+    service_tier(body.get("service_tier"))
     return PARSERS[name](body, tenant=TENANT, contract=CONTRACT)
 
 

@@ -32,8 +32,11 @@ def test_a_tier_without_contract_is_400_on_service_tier(contracted):
     with pytest.raises(APIError) as info:
         resolve_tier("flex", "hot", tenant)
     assert (info.value.status, info.value.param) == (400, "service_tier")
-    with pytest.raises(APIError):
-        resolve_tier("nonsense", "hot", tenant)
+    for asked in ("nonsense", "scale", 3, ["hot"]):  # the one check of the parameter
+        with pytest.raises(APIError) as info:
+            resolve_tier(asked, "hot", tenant)
+        assert (info.value.status, info.value.param, info.value.code) == (
+            400, "service_tier", "invalid_value")
 
 
 @pytest.fixture(params=["memory", "redis"])

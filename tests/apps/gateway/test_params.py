@@ -42,7 +42,7 @@ def test_chat_fields_reach_the_engine_request():
     assert req.tier is Tier.HOT and req.tenant_id == "7" and req.cache_salt == "7"
     assert req.targets.ttft_p99_s == 0.3
     assert parsed.stream and parsed.include_usage and parsed.user == "u1"
-    assert parsed.service_tier == "priority" and parsed.request_id.startswith("chatcmpl-")
+    assert parsed.request_id.startswith("chatcmpl-")
 
 
 def test_text_parts_and_developer_role_are_flattened():
@@ -88,7 +88,6 @@ def test_completion_prompt_forms_and_logprobs():
     ({"stream": "true"}, "stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
-    ({"service_tier": "scale"}, "service_tier"),
     ({"user": 5}, "user"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
