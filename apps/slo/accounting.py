@@ -163,4 +163,6 @@ def evaluate(tier: str, records: Sequence[Any], terms: Any | None, *, seconds: f
     return stats, result
 
 
-HEADLINE_TERM = {Tier.HOT: "ttft_p99", Tier.WARM: "warm_floor", Tier.COLD: "cold_jobs"}
+HEADLINE_TERM: dict[str, str] = {
+    Tier.HOT: "ttft_p99", Tier.WARM: "warm_floor", Tier.COLD: "cold_jobs",
+}

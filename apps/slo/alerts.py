@@ -18,6 +18,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 
 from apps.slo import webhooks
+from apps.slo.fulfilment import WindowRow
 from apps.slo.models import AlertSettings, BreachAlert
 from apps.tenants.models import Membership, Tenant
 
@@ -28,7 +29,7 @@ def alert_windows() -> set[str]:
     return set(getattr(settings, "LASER_SLO_ALERT_WINDOWS", ["hour", "day"]))
 
 
-def raise_breaches(rows: Iterable[dict]) -> list[BreachAlert]:
+def raise_breaches(rows: Iterable[WindowRow]) -> list[BreachAlert]:
     """Create (and deliver after commit) an alert for each missed term of final ``rows``."""
     created: list[BreachAlert] = []
     windows = alert_windows()

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.core.tiers import TIERS, Tier
 from apps.slo import fulfilment, windows
+from apps.slo.fulfilment import WindowRow
 from apps.slo.models import BatchRecord, BreachAlert
 from apps.slo.selectors import ContractSnapshot, contracts_for_tenant
 from apps.tenants.models import Tenant
@@ -30,7 +31,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 1)
 
 
-def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
+def _card(snap: ContractSnapshot, rows: list[WindowRow], since: dt.datetime,
           now: dt.datetime) -> dict[str, Any]:
     tier, t = snap.tier, snap.targets
     hour = fulfilment.compute_range(snap.tenant_id, tier, since, now, now=now)
@@ -64,7 +65,7 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
     }
 
 
-def _minute_attainment(tier: str, row: dict | None) -> float | None:
+def _minute_attainment(tier: str, row: WindowRow | None) -> float | None:
     if row is None:
         return None
     term = MINUTE_TERM[Tier(tier)]
@@ -75,7 +76,7 @@ def _minute_attainment(tier: str, row: dict | None) -> float | None:
     return None if actual is None else actual * 100.0
 
 
-def _series(rows: list[dict], starts: list[dt.datetime]) -> dict[str, Any]:
+def _series(rows: list[WindowRow], starts: list[dt.datetime]) -> dict[str, Any]:
     by_key = {(r["tier"], r["start"]): r for r in rows}
     out: dict[str, Any] = {"labels": [s.strftime("%H:%M") for s in starts]}
     for tier in TIERS:
@@ -89,7 +90,7 @@ def _series(rows: list[dict], starts: list[dt.datetime]) -> dict[str, Any]:
     return out
 
 
-def _violations(tenant: Tenant, rows: list[dict]) -> list[dict]:
+def _violations(tenant: Tenant, rows: list[WindowRow]) -> list[dict]:
     found = [{"at": r["start"], "window": "minute", "tier": r["tier"], "term": name,
               "label": TERM_LABELS.get(name, name), "target": v["target"], "actual": v["actual"]}
              for r in rows for name, v in r["terms"].items() if v["kept"] is False]

@@ -90,7 +90,7 @@ class _AttainmentCollector(Collector):
         except Exception:
             logger.warning("attainment unavailable for /metrics", exc_info=True)
             rows = []
-        groups: dict[tuple[int, str], list[dict]] = {}
+        groups: dict[tuple[int, str], list[fulfilment.WindowRow]] = {}
         for row in rows:
             groups.setdefault((row["tenant_id"], row["tier"]), []).append(row)
         slugs = _slugs(tenant_id for tenant_id, _ in groups)
