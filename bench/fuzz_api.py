@@ -48,13 +48,13 @@ def _setup_database() -> tuple[object, str]:
 def _world() -> dict[str, str]:
     from django.conf import settings
 
-    from apps.batches import dispatch
+    from apps.batches import enqueue
     from apps.tenants.services import api_key_create, tenant_create
     from tests.openapi_fuzz import make_world
 
     settings.LASER_SLO_AUTOFLUSH = False
     settings.LASER_RATELIMIT_REDIS_URL = ""
-    dispatch.after_commit = lambda *args: None  # no broker, no worker: batches stay queued
+    enqueue.after_commit = lambda *args: None  # no broker, no worker: batches stay queued
     tenant = tenant_create(name="Fuzz", slug="fuzz")
     return make_world(tenant, *api_key_create(tenant=tenant))
 
@@ -89,7 +89,7 @@ def main() -> int:
     args = parser.parse_args()
 
     connection, old_name = _setup_database()
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from apps.slo.services import flush_reports
     from tests.apps.gateway.live import LiveServer, start_engine, write_tiny_model
     from tests.openapi_fuzz import PATH_PARAMETERS, Report, fuzz

@@ -134,7 +134,7 @@ def setup_embedded_django(var_dir: str, model: str | None, max_num_seqs: int,
 
     from django.core.management import call_command
 
-    from apps.gateway.engine import build_async_engine, engine_config
+    from apps.gateway.engine_client import build_async_engine, engine_config
     from apps.slo.selectors import contract_for
     from apps.slo.services import contracts_ensure_defaults
     from apps.tenants.services import api_key_create, tenant_create
@@ -206,7 +206,7 @@ def body(prompt: str, tokens: int) -> dict:
 async def direct_one(ctx: dict, prompt: str, tokens: int) -> tuple[float | None, list[float]]:
     from apps.gateway.params import parse_chat_request
 
-    parsed = parse_chat_request(body(prompt, tokens), tenant=ctx["tenant"], api_key=ctx["key"],
+    parsed = parse_chat_request(body(prompt, tokens), tenant=ctx["tenant"],
                                 contract=ctx["contract"])
     t0, ttft, delays = time.time(), None, []
     stream = await ctx["engine"].generate(parsed.engine_request)
@@ -374,7 +374,7 @@ def main() -> None:
         paced = args.paced_ms / 1000 if args.paced_ms else None
         ctx = setup_embedded_django(var_dir, args.model, max(args.streams) + 14, paced)
         ctx["client"] = args.client
-        from apps.gateway.engine import set_engine_client
+        from apps.gateway.engine_client import set_engine_client
         from tests.apps.gateway.live import LiveServer
 
         ctx["recorder"] = Recorder(ctx["engine"])

@@ -132,7 +132,7 @@ def main() -> None:
         from gateway_overhead import setup_embedded_django
 
         ctx = setup_embedded_django(var_dir, None, 8)
-        from apps.gateway.engine import set_engine_client
+        from apps.gateway.engine_client import set_engine_client
         from apps.slo.services import contract_create
         from apps.tenants.services import api_key_create, tenant_create
         from tests.apps.gateway.live import LiveServer

@@ -16,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from laser_platform.body_limit import BodyLimit  # noqa: E402
+from apps.core.body_limit import BodyLimit  # noqa: E402
 from laser_platform.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from apps.core.tiers import TIERS
 from apps.gateway.params import MAX_COMPLETION_LOGPROBS
 from apps.gateway.params import SERVICE_TIERS as _TIERS
 from inference.request import (
@@ -26,19 +27,11 @@ from inference.request import (
     MAX_TOP_LOGPROBS,
     SEED_RANGE,
 )
+from laser_platform import openapi_drf  # the DRF views' annotations register on import
+from laser_platform.openapi_shapes import error_responses, nullable, ref
 
-REF = "#/components/schemas/"
 MAX_INT = 2**31 - 1
 SERVICE_TIERS = sorted(_TIERS)
-
-
-def ref(name: str) -> dict[str, str]:
-    return {"$ref": REF + name}
-
-
-def nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` or JSON ``null`` (the parsers treat a null field as absent)."""
-    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _number(low: float, high: float, **extra: Any) -> dict[str, Any]:
@@ -210,25 +203,12 @@ SSE = {
 }
 
 
-def error_responses(*codes: int) -> dict[str, Any]:
-    """OpenAPI responses for ``codes``, each the OpenAI error body."""
-    return {str(code): {"description": _STATUS.get(code, "error"),
-                        "content": {"application/json": {"schema": ref("Error")}}}
-            for code in codes}
-
-
-_STATUS = {400: "invalid request (the param names the field)", 401: "missing or bad API key",
-           403: "not allowed", 404: "no such object, or an unknown model",
-           405: "method not allowed", 413: "body over the size limit",
-           415: "not application/json", 429: "rate limit or quota; see Retry-After",
-           500: "the platform's fault, logged with the request id",
-           503: "the engine is saturated, draining or unavailable; see Retry-After"}
 _COMPLETION_ERRORS = (400, 401, 404, 405, 413, 415, 429, 500, 503)
 
 
 def _completions_path(name: str, summary: str, body: str, answer: str) -> dict[str, Any]:
     headers = {"X-Request-Id": {"schema": {"type": "string"}},
-               "X-Laser-Tier": {"schema": {"enum": ["hot", "warm", "cold"]}}}
+               "X-Laser-Tier": {"schema": {"enum": [tier.value for tier in TIERS]}}}
     return {"post": {
         "operationId": name, "summary": summary, "tags": ["inference"],
         "security": [{"bearer": []}, {"apiKey": []}],
@@ -312,6 +292,3 @@ def add_plain_views(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 class OpenApiView(SpectacularJSONAPIView):
     """``GET /v1/openapi.json``: public, like OpenAI's own published spec."""
 
-
-# Last: the DRF views' annotations use the helpers above (and register on import).
-from laser_platform import openapi_drf  # noqa: E402, F401

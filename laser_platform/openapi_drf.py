@@ -10,7 +10,8 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 
-from laser_platform.openapi import error_responses, nullable, ref
+from apps.core.tiers import TIERS
+from laser_platform.openapi_shapes import error_responses, nullable, ref
 
 _TS = {"type": ["integer", "null"]}
 _ID = {"type": ["string", "null"]}
@@ -115,7 +116,7 @@ def _query(name: str, kind: str = "string", **extra: Any) -> OpenApiParameter:
 _LIMIT = _query("limit", "integer", minimum=1)
 _AFTER = _query("after")
 _TIME = "ISO 8601 time, date or Unix seconds, between 1970-01-01 and 9000-01-01"
-_SLO_FILTER = [_query("tier", enum=["hot", "warm", "cold"]),
+_SLO_FILTER = [_query("tier", enum=[tier.value for tier in TIERS]),
                _query("window", enum=["minute", "hour", "day"]),
                _query("since", description=_TIME), _query("until", description=_TIME),
                _query("tenant", description="staff only: a tenant's slug")]

@@ -18,7 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "laser_platform.errors.handler400"
-handler403 = "laser_platform.errors.handler403"
-handler404 = "laser_platform.errors.handler404"
-handler500 = "laser_platform.errors.handler500"
+handler400 = "apps.core.errors.handler400"
+handler403 = "apps.core.errors.handler403"
+handler404 = "apps.core.errors.handler404"
+handler500 = "apps.core.errors.handler500"

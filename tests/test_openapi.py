@@ -14,9 +14,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, given, settings
 
-from apps.gateway.params import parse_chat_request, parse_completion_request
+from apps.core.errors import APIError
+from apps.gateway.params import parse_chat_request, parse_completion_request, service_tier
 from inference.request import ContractTargets
-from laser_platform.errors import APIError
 
 PARSERS = {"ChatCompletionRequest": parse_chat_request,
            "CompletionRequest": parse_completion_request}
@@ -85,13 +85,16 @@ class Recording(dict):
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_every_field_the_parser_reads_is_documented_and_nothing_else(schema, name):
     body = Recording({"model": _model(), **MINIMAL[name]})
-    PARSERS[name](body, tenant=TENANT, api_key=None, contract=CONTRACT)
+    _parse(name, body)
     documented = set(schema["components"]["schemas"][name]["properties"])
     assert body.read == documented
 
 
 def _parse(name: str, body: Any) -> Any:
-    return PARSERS[name](body, tenant=TENANT, api_key=None, contract=CONTRACT)
+    """What the serving path reads of a body before the engine: ``service_tier`` (admission
+    resolves the tier first), then the rest (the parser)."""
+    service_tier(body.get("service_tier"))
+    return PARSERS[name](body, tenant=TENANT, contract=CONTRACT)
 
 
 def _strategy(schema: dict[str, Any], path: str):

@@ -18,7 +18,7 @@ EXAMPLES = 6
 
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory: Any) -> Any:
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from tests.apps.gateway.live import start_engine, write_tiny_model
 
     path = write_tiny_model(tmp_path_factory.mktemp("fuzz-model") / "tiny.gguf")
@@ -43,12 +43,12 @@ def server(django_db_blocker: Any) -> Any:
 
 @pytest.fixture
 def world(tenant_factory, api_key_factory, settings, monkeypatch) -> dict[str, str]:
-    from apps.batches import dispatch
+    from apps.batches import enqueue
     from apps.slo.services import flush_reports
 
     settings.LASER_SLO_AUTOFLUSH = False
     settings.LASER_RATELIMIT_REDIS_URL = ""
-    monkeypatch.setattr(dispatch, "after_commit", lambda *args: None)  # no broker, no worker
+    monkeypatch.setattr(enqueue, "after_commit", lambda *args: None)  # no broker, no worker
     tenant = tenant_factory()
     yield make_world(tenant, *api_key_factory(tenant=tenant))
     flush_reports()  # while the test database exists

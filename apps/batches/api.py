@@ -19,8 +19,8 @@ from apps.batches import services, uploads
 from apps.batches.presenters import batch_object, file_object, list_object
 from apps.batches.selectors import batches_list, request_counts_many
 from apps.batches.storage import PART_BYTES
-from laser_platform.errors import BadRequestError
-from laser_platform.jsonbody import BoundedJSONParser
+from apps.core.errors import BadRequestError
+from apps.core.jsonbody import BoundedJSONParser
 
 
 def _limit(request: Request, default: int, maximum: int) -> int:

@@ -34,9 +34,10 @@ from django.utils import timezone
 from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
 from apps.batches.rendering import error_for, response_body
 from apps.batches.services import batch_touch
+from apps.core.errors import APIError
+from apps.core.tiers import Tier
 from apps.gateway.serving import CHAT, COMPLETIONS, Caller, Served, retryable, serve
 from inference.errors import EngineUnavailable
-from laser_platform.errors import APIError
 
 if TYPE_CHECKING:
     from inference.engine.client import EngineClient
@@ -69,10 +70,10 @@ class ChunkRunner:
         # first line (checked_at 0)
         if batch.api_key_id is None and batch.created_by_id is not None:
             self.caller = Caller(batch.tenant, "user", user=batch.created_by,
-                                 default_tier="cold", checked_at=0.0)
+                                 default_tier=Tier.COLD, checked_at=0.0)
         else:
             self.caller = Caller(batch.tenant, "api_key", api_key=batch.api_key,
-                                 default_tier="cold", checked_at=0.0)
+                                 default_tier=Tier.COLD, checked_at=0.0)
         self.started = self.touched = time.monotonic()
         self.deadline = batch.deadline_at.timestamp()
 
@@ -146,7 +147,7 @@ class ChunkRunner:
         """Serve one line to its end; the caller writes it, then closes (books) the Served."""
         served = await serve(
             caller=self.caller, kind=KINDS[self.batch.endpoint], body=line.body,
-            endpoint=self.batch.endpoint, tier="cold", request_id=line.request_id,
+            endpoint=self.batch.endpoint, tier=Tier.COLD, request_id=line.request_id,
             deadline=self.deadline, key_max_age_s=settings.LASER_BATCH_POLL_S,
             batch_id=self.batch.uid, book_retryable=False, client=self.client)
         try:

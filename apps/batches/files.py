@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from apps.batches.models import BatchFile, could_be_id
 from apps.batches.storage import content_chunks, parts_write
+from apps.core.errors import BadRequestError, NotFoundError, RequestTooLargeError
 from apps.tenants.models import Tenant
-from laser_platform.errors import BadRequestError, NotFoundError, RequestTooLargeError
 
 MIN_EXPIRY_S = 3600
 MAX_EXPIRY_S = 30 * 24 * 3600

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from apps.core.errors import APIError
 from apps.gateway.serving import Completion, ParsedRequest, api_error, completion_body
-from laser_platform.errors import APIError
 
 if TYPE_CHECKING:
     from inference.engine.client import EngineClient

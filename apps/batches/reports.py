@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 
 from apps.batches.models import Batch, BatchLine
-from apps.slo.reporting import BatchReport, RequestReport, report_batch, report_request
+from apps.core.tiers import Tier
+from apps.slo.report_types import BatchReport, RequestReport
+from apps.slo.reporting import report_batch, report_request
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +21,7 @@ def report_line(batch: Batch, line: BatchLine, *, outcome: str, error_code: str 
     finished = line.finished_at.timestamp() if line.finished_at else None
     try:
         report_request(RequestReport(
-            request_id=line.request_id, tenant_id=batch.tenant_id, tier_asked="cold",
+            request_id=line.request_id, tenant_id=batch.tenant_id, tier_asked=Tier.COLD,
             outcome=outcome, arrival=arrival if arrival is not None else finished,
             finished_at=finished, api_key_id=batch.api_key_id, user_id=batch.created_by_id,
             contract_version_id=batch.contract_version_id, tier_served=tier_served,

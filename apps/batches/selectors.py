@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.batches.models import Batch, BatchLine, BatchStatus, LineStatus, could_be_id
+from apps.batches.models import Batch, BatchLine, LineStatus, could_be_id
+from apps.core.errors import NotFoundError
 from apps.tenants.models import Tenant
-from laser_platform.errors import NotFoundError
 
 
 def _fold(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
@@ -115,29 +115,3 @@ def batches_for_dashboard(*, tenant: Tenant, limit: int = 20) -> list[BatchProgr
     batches = list(Batch.objects.filter(tenant=tenant).order_by("-id")[:limit])
     counts = request_counts_many(batches)
     return [progress_of(b, counts[b.pk]) for b in batches]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOutcome:
-    """A finished cold job, for on-time accounting: on time when it completed by its deadline."""
-
-    id: str
-    tenant_id: int
-    status: str
-    deadline_at: dt.datetime
-    finished_at: dt.datetime
-    on_time: bool
-
-
-def batch_outcomes(*, tenant: Tenant | None = None,
-                   since: dt.datetime | None = None) -> list[BatchOutcome]:
-    """Finished batches (optionally of one tenant, finished since ``since``), oldest first."""
-    rows = Batch.objects.filter(finished_at__isnull=False).order_by("finished_at")
-    if tenant is not None:
-        rows = rows.filter(tenant=tenant)
-    if since is not None:
-        rows = rows.filter(finished_at__gte=since)
-    # Refused at validation or cancelled by the tenant: not a job the platform ran to its end.
-    rows = rows.exclude(status__in=[BatchStatus.FAILED, BatchStatus.CANCELLED])
-    return [BatchOutcome(b.uid, b.tenant_id, b.status, b.deadline_at, b.finished_at,
-                         bool(b.on_time)) for b in rows]

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from apps.batches import dispatch
+from apps.batches import enqueue
 from apps.batches.files import expiry_seconds, file_get
 from apps.batches.models import (
     Batch,
@@ -30,13 +30,13 @@ from apps.batches.reports import report_batch_state, report_line
 from apps.batches.storage import content_lines
 from apps.batches.validation import ENDPOINTS, InputLine, validate_input
 from apps.batches.windows import window_deadline_s
+from apps.core.errors import BadRequestError, NotFoundError
+from apps.core.tiers import Tier
 from apps.slo.selectors import contract_for
 from apps.tenants.models import ApiKey, Tenant
-from laser_platform.errors import BadRequestError, NotFoundError
 
 logger = logging.getLogger(__name__)
 
-COLD = "cold"
 CANCELLABLE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
 
 
@@ -72,7 +72,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     if input_file.purpose != BatchFile.Purpose.BATCH:
         raise BadRequestError("The input file must have purpose 'batch'.",
                               param="input_file_id", code="invalid_value")
-    contract = contract_for(tenant=tenant, tier=COLD)
+    contract = contract_for(tenant=tenant, tier=Tier.COLD)
     window_s = window_deadline_s(completion_window, contract=contract)
     now = timezone.now()
     batch = Batch.objects.create(
@@ -85,7 +85,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
         deadline_at=now + dt.timedelta(seconds=window_s), progress_at=now,
     )
     report_batch_state(batch)
-    dispatch.after_commit(dispatch.validate, batch.pk)
+    enqueue.after_commit(enqueue.validate, batch.pk)
     return batch
 
 
@@ -112,7 +112,7 @@ def batch_cancel(*, tenant: Tenant, batch_id: str) -> Batch:
         raise BadRequestError(f"Cannot cancel a batch with status '{batch.status}'.",
                               param="batch_id", code="batch_not_cancellable")
     report_batch_state(batch)
-    dispatch.after_commit(dispatch.finalize, batch.pk)
+    enqueue.after_commit(enqueue.finalize, batch.pk)
     return batch
 
 
@@ -126,14 +126,14 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     if batch is None or batch.status != BatchStatus.VALIDATING:
         return batch
     present = BatchFile.objects.filter(pk=batch.input_file_id).exists()
-    contract = contract_for(tenant=batch.tenant, tier=COLD)
+    contract = contract_for(tenant=batch.tenant, tier=Tier.COLD)
     if not present or contract is None:
         why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
     try:
         result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
-                                tenant=batch.tenant, api_key=batch.api_key, contract=contract)
+                                tenant=batch.tenant, contract=contract)
     except DatabaseError:
         raise  # transient: the task fails and the sweep re-dispatches the batch
     except Exception:  # a bug must fail the batch visibly, not leave it validating for a day
@@ -153,7 +153,7 @@ def _fail(batch: Batch, errors: list[dict]) -> Batch:
         errors={"object": "list", "data": errors})
     batch.refresh_from_db()
     if batch.status == BatchStatus.CANCELLING:
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     report_batch_state(batch)
     return batch
 
@@ -185,7 +185,7 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
     if batch.status == BatchStatus.IN_PROGRESS:
         batch_enqueue_chunks(batch=batch)
     else:  # cancelled while validating
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     return batch
 
 
@@ -215,9 +215,9 @@ def batch_enqueue_chunks(*, batch: Batch) -> int:
                    .order_by("line_no").values_list("line_no", flat=True))
     ranges = chunk_ranges(pending, settings.LASER_BATCH_CHUNK_LINES)
     for first, last in ranges:
-        dispatch.after_commit(dispatch.chunk, batch.pk, first, last)
+        enqueue.after_commit(enqueue.chunk, batch.pk, first, last)
     if ranges:
         batch_touch(batch_id=batch.pk)
     else:
-        dispatch.after_commit(dispatch.finalize, batch.pk)
+        enqueue.after_commit(enqueue.finalize, batch.pk)
     return len(ranges)

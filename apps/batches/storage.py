@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from apps.batches.models import BatchFile, BatchFilePart
-from laser_platform.errors import RequestTooLargeError
+from apps.core.errors import RequestTooLargeError
 
 PART_BYTES = 1024 * 1024  # also the chunk size uploads are read in
 

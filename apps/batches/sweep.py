@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.batches import dispatch
+from apps.batches import enqueue
 from apps.batches.files import MIN_EXPIRY_S, files_delete_expired
 from apps.batches.finalize import batch_finalize
 from apps.batches.models import TERMINAL_STATUSES, Batch, BatchLine, BatchStatus
@@ -91,7 +91,7 @@ def redispatch(*, now: dt.datetime | None = None) -> int:
             continue
         try:
             if batch.status == BatchStatus.VALIDATING:
-                dispatch.after_commit(dispatch.validate, batch.pk)
+                enqueue.after_commit(enqueue.validate, batch.pk)
             else:
                 batch_enqueue_chunks(batch=batch)
         except Exception:
@@ -112,11 +112,11 @@ def resume() -> int:
     for batch in _open_batches().order_by("id"):
         count += 1
         if batch.status == BatchStatus.VALIDATING:
-            dispatch.after_commit(dispatch.validate, batch.pk)
+            enqueue.after_commit(enqueue.validate, batch.pk)
         elif batch.status == BatchStatus.IN_PROGRESS:
             batch_enqueue_chunks(batch=batch)
         else:
-            dispatch.after_commit(dispatch.finalize, batch.pk)
+            enqueue.after_commit(enqueue.finalize, batch.pk)
     if count:
         logger.info("resumed %d unfinished batches", count)
     return count

@@ -38,14 +38,13 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
 
     The engine or the database away: the chunk runs again later (a failed task would be acked
     and its lines left to the sweep); the lines it wrote are skipped then."""
-    from apps.batches import dispatch
+    from apps.batches import enqueue
 
     try:
         result = chunk_run(batch_id=batch_id, first=first, last=last)
         if result.leftover:
             batch_touch(batch_id=batch_id)
-            dispatch.after_commit(dispatch.chunk, batch_id, result.leftover[0],
-                                  result.leftover[-1])
+            enqueue.after_commit(enqueue.chunk, batch_id, result.leftover[0], result.leftover[-1])
         batch_finalize(batch_id=batch_id)
     except EngineUnavailable as exc:
         logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)

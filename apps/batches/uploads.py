@@ -10,8 +10,8 @@ from django.conf import settings
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from rest_framework.request import Request
 
-from laser_platform.body_limit import FORM_OVERHEAD_BYTES
-from laser_platform.errors import RequestTooLargeError
+from apps.core.body_limit import FORM_OVERHEAD_BYTES
+from apps.core.errors import RequestTooLargeError
 
 
 class CappedUpload(TemporaryFileUploadHandler):

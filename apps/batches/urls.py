@@ -1,3 +1,5 @@
+"""The Files and Batches API routes."""
+
 from __future__ import annotations
 
 from django.urls import path

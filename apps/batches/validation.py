@@ -15,9 +15,9 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import APIError
+from apps.core.jsonbody import loads_bounded
 from apps.gateway.serving import parse_chat_request, parse_completion_request
-from laser_platform.errors import APIError
-from laser_platform.jsonbody import loads_bounded
 
 ENDPOINTS: dict[str, Callable[..., Any]] = {
     "/v1/chat/completions": parse_chat_request,
@@ -93,10 +93,9 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-def _refusal(body: dict, endpoint: str, *, tenant: Any, api_key: Any,
-             contract: Any) -> APIError | None:
+def _refusal(body: dict, endpoint: str, *, tenant: Any, contract: Any) -> APIError | None:
     try:
-        ENDPOINTS[endpoint](body, tenant=tenant, api_key=api_key, contract=contract)
+        ENDPOINTS[endpoint](body, tenant=tenant, contract=contract)
     except APIError as exc:
         return exc
     return None
@@ -113,7 +112,7 @@ def _parse_line(raw: bytes, line_no: int) -> tuple[Any, dict | None]:
 
 
 def validate_input(content: bytes | Iterable[bytes], *, endpoint: str, tenant: Any,
-                   api_key: Any, contract: Any) -> Validated:
+                   contract: Any) -> Validated:
     """Check every line of ``content`` (the file, or its lines) for ``endpoint``; see the
     module docstring. Lines end at ``\n`` only: U+2028 and friends are valid inside JSON
     strings, so ``str.splitlines`` would cut a good line in two."""
@@ -138,8 +137,7 @@ def validate_input(content: bytes | Iterable[bytes], *, endpoint: str, tenant: A
                 break
             continue
         seen.add(row["custom_id"])
-        refusal = _refusal(row["body"], endpoint, tenant=tenant, api_key=api_key,
-                           contract=contract)
+        refusal = _refusal(row["body"], endpoint, tenant=tenant, contract=contract)
         result.lines.append(InputLine(line_no, row["custom_id"], row["body"], refusal))
     _check_totals(result)
     return result

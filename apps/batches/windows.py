@@ -12,7 +12,7 @@ import re
 
 from django.conf import settings
 
-from laser_platform.errors import BadRequestError
+from apps.core.errors import BadRequestError
 
 _WINDOW = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -31,9 +31,8 @@ class EmbeddedWorker:
 
     def start(self) -> None:
         from celery import bootsteps
+        from celery import current_app as app  # the project's (laser_platform/celery.py)
         from celery.worker import WorkController
-
-        from laser_platform.celery import app
 
         consuming = self._consuming
 

@@ -1,3 +1,5 @@
+"""The core app (health, readiness, the lifecycle)."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig

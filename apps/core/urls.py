@@ -1,3 +1,5 @@
+"""``/health`` and ``/ready``."""
+
 from __future__ import annotations
 
 from django.urls import path

@@ -7,8 +7,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from apps.core.errors import APIError, json_error_response
 from apps.core.lifecycle import lifecycle
-from laser_platform.errors import APIError, json_error_response
 
 
 @require_GET

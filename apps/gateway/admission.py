@@ -18,24 +18,16 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from apps.core.errors import BadRequestError, EngineOverloadedError, RateLimitError
 from apps.core.lifecycle import is_draining
-from apps.gateway import ratelimit
-from apps.gateway.params import SERVICE_TIERS
-from laser_platform.errors import BadRequestError, EngineOverloadedError, RateLimitError
+from apps.gateway import params, ratelimit
 
 if TYPE_CHECKING:
     from apps.slo.selectors import ContractSnapshot
     from inference.engine.stats import EngineStats
 
-TIER_NAMES = ("hot", "warm", "cold")
-
-
-def _asked_tier(service_tier: Any, default_tier: str) -> str:
-    if service_tier is not None and (not isinstance(service_tier, str)
-                                     or service_tier not in SERVICE_TIERS):
-        raise BadRequestError(f"'service_tier' must be one of {sorted(SERVICE_TIERS)}.",
-                              param="service_tier", code="invalid_value")
-    tier = SERVICE_TIERS.get(service_tier) if service_tier is not None else None
+def _asked_tier(asked: Any, default_tier: str) -> str:
+    tier = params.service_tier(asked)
     return str(tier) if tier is not None else default_tier
 
 

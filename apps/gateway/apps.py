@@ -1,3 +1,5 @@
+"""The gateway app: registers the engine component and the engine gauges on ``/metrics``."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig
@@ -9,6 +11,7 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from apps.gateway import lifecycle
+        from apps.gateway import engine_component, metrics
 
-        lifecycle.install()
+        engine_component.install()
+        metrics.install()

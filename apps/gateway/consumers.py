@@ -7,7 +7,7 @@ socket with 4401, as does a turn that finds the key revoked or expired since. Pa
 open-socket cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429.
 A binary, empty, malformed or too deeply nested frame gets an ``error`` message
 (``invalid_json``); one past ``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009
-(``laser_platform/ws_frames.py``); a fault of ours is logged and closes with 1011.
+(``apps/core/ws_frames.py``); a fault of ours is logged and closes with 1011.
 The origin is checked by ``AllowedHostsOriginValidator`` in ``asgi.py``.
 
 In: ``{"type": "chat", "session_id", "messages" | "content", "params"}``, ``{"type":
@@ -29,16 +29,16 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.gateway.slots import Caller, slots
-from apps.gateway.turns import Session, apply_turn_messages, run_turn
-from apps.tenants.selectors import aapi_key_resolve
-from laser_platform.errors import APIError, BadRequestError, ServerError
-from laser_platform.ws_frames import (
+from apps.core.errors import APIError, BadRequestError, ServerError
+from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
     MessageTooBig,
     decode_frame,
 )
+from apps.gateway.slots import Caller, slots
+from apps.gateway.turns import Session, apply_turn_messages, run_turn
+from apps.tenants.selectors import aapi_key_resolve
 
 logger = logging.getLogger(__name__)
 

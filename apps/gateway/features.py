@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from laser_platform.errors import BadRequestError
+from apps.core.errors import BadRequestError
 
 
 def _absent(value: Any) -> bool:

@@ -12,13 +12,13 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
-from apps.tenants.selectors import aapi_key_resolve, key_from_headers
-from laser_platform.errors import (
+from apps.core.errors import (
     BadRequestError,
     MethodNotAllowedError,
     RequestTooLargeError,
     UnsupportedMediaTypeError,
 )
+from apps.tenants.selectors import aapi_key_resolve, key_from_headers
 
 
 async def authenticate(request: HttpRequest) -> Any:

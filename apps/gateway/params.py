@@ -15,16 +15,17 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import APIError, BadRequestError, NotFoundError
+from apps.core.tiers import TIERS
 from apps.gateway import features
 from inference.errors import InvalidParameter
 from inference.request import EngineRequest, Profile, SamplingParams, Tier
-from laser_platform.errors import APIError, BadRequestError, NotFoundError
 
 CHAT = "chat.completions"
 COMPLETIONS = "completions"
 # OpenAI's `service_tier` values plus Laser's own tier names; everything else is a 400.
 SERVICE_TIERS = {"auto": None, "default": None, "priority": Tier.HOT, "flex": Tier.COLD,
-                 "hot": Tier.HOT, "warm": Tier.WARM, "cold": Tier.COLD}
+                 **{tier.value: tier for tier in TIERS}}
 MAX_COMPLETION_LOGPROBS = 5
 
 
@@ -45,7 +46,6 @@ class ParsedRequest:
     top_logprobs: int = 0
     max_tokens_given: bool = True
     user: str | None = None
-    service_tier: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -65,7 +65,7 @@ def bad(param: str, message: str, code: str | None = "invalid_value") -> BadRequ
     return BadRequestError(message, param=param, code=code)
 
 
-def parse_chat_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
+def parse_chat_request(body: Any, *, tenant: Any, contract: Any,
                        request_id: str | None = None, deadline: float | None = None,
                        session_id: str | None = None) -> ParsedRequest:
     """Validate a `/v1/chat/completions` body; raise ``APIError`` 400 naming the parameter."""
@@ -84,7 +84,7 @@ def parse_chat_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
                   max_key=max_key)
 
 
-def parse_completion_request(body: Any, *, tenant: Any, api_key: Any, contract: Any,
+def parse_completion_request(body: Any, *, tenant: Any, contract: Any,
                              request_id: str | None = None, deadline: float | None = None,
                              session_id: str | None = None) -> ParsedRequest:
     """Validate a `/v1/completions` body; raise ``APIError`` 400 naming the parameter."""
@@ -111,7 +111,6 @@ def _build(body: dict, endpoint: str, *, tenant: Any, contract: Any, request_id:
     model = _model(body.get("model"))
     stream = _optional(body, "stream", bool, False)
     include_usage = _stream_options(body.get("stream_options"), stream)
-    service_tier = _service_tier(body.get("service_tier"))
     max_tokens = _optional(body, max_key, int, None)
     sampling = _sampling(body, max_tokens, max_key, logprobs, top_logprobs)
     tier = Tier(_contract_tier(contract))
@@ -126,7 +125,7 @@ def _build(body: dict, endpoint: str, *, tenant: Any, contract: Any, request_id:
         raise from_invalid_parameter(exc) from exc
     user = _optional(body, "user", str, None)
     return ParsedRequest(request, endpoint, model, stream, include_usage, logprobs, top_logprobs,
-                         max_tokens is not None, user, service_tier)
+                         max_tokens is not None, user)
 
 
 def _sampling(body: dict, max_tokens: int | None, max_key: str, logprobs: bool,
@@ -210,12 +209,17 @@ def _stream_options(value: Any, stream: bool) -> bool:
     return include
 
 
-def _service_tier(value: Any) -> str | None:
+def service_tier(value: Any) -> Tier | None:
+    """The tier a request's ``service_tier`` names (``priority`` = hot, ``flex`` = cold, or a
+    tier's own name); ``None`` when absent, ``auto`` or ``default``. Else a 400 naming it.
+
+    The one check of the parameter: admission resolves the tier with it before the body is
+    parsed (the parse needs the tier's contract)."""
     if value is None:
         return None
     if not isinstance(value, str) or value not in SERVICE_TIERS:
         raise bad("service_tier", f"'service_tier' must be one of {sorted(SERVICE_TIERS)}.")
-    return value
+    return SERVICE_TIERS[value]
 
 
 def _contract_tier(contract: Any) -> str:

@@ -16,11 +16,12 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
+from apps.core.errors import APIError, json_error_response
+from apps.core.tiers import Tier
 from apps.gateway import admission, http, serving, sse
-from apps.gateway.errors import api_error
+from apps.gateway.engine_errors import api_error
 from apps.gateway.responses import completion_body
 from apps.gateway.slots import Caller
-from laser_platform.errors import APIError, json_error_response
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ async def handle(request: HttpRequest, kind: str) -> HttpResponseBase:
     except APIError as exc:
         return error_response(exc)
     if served.parsed is not None and served.parsed.stream:
-        if str(served.parsed.tier) == "hot":  # bounded: served, demoted or refused soon
+        if served.parsed.tier == Tier.HOT:  # bounded: served, demoted or refused soon
             try:
                 await served.first()
             except APIError as exc:

@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 
-from laser_platform.errors import EngineOverloadedError
+from apps.core.errors import EngineOverloadedError
 
 logger = logging.getLogger(__name__)
 

@@ -1,3 +1,5 @@
+"""The gateway's WebSocket route (``/ws/chat/``)."""
+
 from __future__ import annotations
 
 from django.urls import path

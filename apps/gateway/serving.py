@@ -39,9 +39,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from apps.core.errors import APIError, BadRequestError
 from apps.gateway import admission, ratelimit
 from apps.gateway.collect import Collector, Completion
-from apps.gateway.engine import (
+from apps.gateway.engine_client import (
     complete_sync,
     current_engine_client,
     engine_config,
@@ -49,7 +50,7 @@ from apps.gateway.engine import (
     set_engine_client,
     stop_engine_client,
 )
-from apps.gateway.errors import AbortedByServer, api_error
+from apps.gateway.engine_errors import AbortedByServer, api_error
 from apps.gateway.params import (
     CHAT,
     COMPLETIONS,
@@ -57,7 +58,9 @@ from apps.gateway.params import (
     parse_chat_request,
     parse_completion_request,
 )
-from apps.gateway.reporting import (
+from apps.gateway.responses import completion_body
+from apps.gateway.slots import Caller, caller_check, caps_for, slots
+from apps.gateway.trace import (
     CANCELLED,
     INTERRUPTED,
     OK,
@@ -65,11 +68,8 @@ from apps.gateway.reporting import (
     error_code,
     outcome_for_error,
 )
-from apps.gateway.responses import completion_body
-from apps.gateway.slots import Caller, caller_check, caps_for, slots
 from inference.errors import PromptTooLong
 from inference.request import Delta
-from laser_platform.errors import APIError, BadRequestError
 
 if TYPE_CHECKING:
     from inference.engine.client import DeltaStreamProtocol, EngineClient
@@ -271,7 +271,7 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         tier, contract = await admission.aresolve_tier(asked, caller.default_tier, caller.tenant)
         trace.tier_asked, trace.contract_version_id = tier, contract.version_id
         parsed = served.parsed = PARSERS[kind](
-            body, tenant=caller.tenant, api_key=caller.api_key, contract=contract,
+            body, tenant=caller.tenant, contract=contract,
             request_id=request_id, session_id=session_id, deadline=deadline)
         trace.request_id = parsed.request_id
         slots.acquire(caller)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from laser_platform.errors import AuthenticationError, RateLimitError
+from apps.core.errors import AuthenticationError, RateLimitError
+from apps.core.tiers import Tier
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Caller:
     kind: str
     api_key: ApiKey | None = None
     user: Any = None
-    default_tier: str = "hot"
+    default_tier: str = Tier.HOT
     checked_at: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -46,7 +47,7 @@ class Caller:
         return cls(api_key.tenant, KEY, api_key=api_key, default_tier=str(api_key.default_tier))
 
     @classmethod
-    def for_user(cls, user: Any, tenant: Tenant, default_tier: str = "hot") -> Caller:
+    def for_user(cls, user: Any, tenant: Tenant, default_tier: str = Tier.HOT) -> Caller:
         return cls(tenant, USER, user=user, default_tier=default_tier)
 
     @property

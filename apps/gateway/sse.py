@@ -15,9 +15,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from apps.gateway.errors import AbortedByServer, api_error
-from apps.gateway.reporting import CANCELLED, INTERRUPTED, OK, error_code
+from apps.gateway.engine_errors import AbortedByServer, api_error
 from apps.gateway.responses import ChunkMaker
+from apps.gateway.trace import CANCELLED, INTERRUPTED, OK, error_code
 from inference.request import TierChange
 
 if TYPE_CHECKING:

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.core.errors import APIError, BadRequestError
 from apps.gateway import serving
 from apps.gateway.params import CHAT, served_model_id
 from apps.gateway.responses import tier_change_info
 from apps.gateway.slots import Caller
 from apps.slo.services import tbt_stats
 from inference.request import Delta
-from laser_platform.errors import APIError, BadRequestError
 
 Emit = Callable[[dict[str, Any]], None]
 

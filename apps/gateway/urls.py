@@ -1,3 +1,5 @@
+"""The OpenAI-compatible REST routes (``/v1/...``)."""
+
 from __future__ import annotations
 
 from django.urls import path

@@ -15,9 +15,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import NotFoundError
 from apps.gateway import pipeline
 from apps.gateway.params import CHAT, COMPLETIONS, served_model_id
-from laser_platform.errors import NotFoundError
 
 _STARTED = int(time.time())
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.core.errors import NotFoundError, PermissionDeniedError
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import membership_for_user, tenant_for_user
-from laser_platform.errors import NotFoundError, PermissionDeniedError
 
 
 def is_platform_staff(user: Any) -> bool:

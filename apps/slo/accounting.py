@@ -13,7 +13,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from apps.slo.reporting import percentile
+from apps.core.tiers import Tier
+from apps.slo.stats import percentile
 
 STALL_FACTOR = 10.0  # a stall longer than 10× the TBT target interrupts a stream
 CLIENT_REJECTIONS = frozenset({"rejected_429", "rejected_400"})
@@ -152,9 +153,9 @@ def evaluate(tier: str, records: Sequence[Any], terms: Any | None, *, seconds: f
     stats = base_stats(records, seconds)
     if terms is None:
         return stats, {}
-    if tier == "hot":
+    if tier == Tier.HOT:
         extra, result = hot_terms(records, terms)
-    elif tier == "warm":
+    elif tier == Tier.WARM:
         extra, result = warm_terms(records, terms)
     else:
         now = now or dt.datetime.now(dt.UTC)
@@ -163,4 +164,6 @@ def evaluate(tier: str, records: Sequence[Any], terms: Any | None, *, seconds: f
     return stats, result
 
 
-HEADLINE_TERM = {"hot": "ttft_p99", "warm": "warm_floor", "cold": "cold_jobs"}
+HEADLINE_TERM: dict[str, str] = {
+    Tier.HOT: "ttft_p99", Tier.WARM: "warm_floor", Tier.COLD: "cold_jobs",
+}

@@ -22,12 +22,13 @@ from apps.slo import webhooks
 from apps.slo.models import (
     AlertSettings,
     BreachAlert,
+    ContractTerms,
     ContractVersion,
     RequestRecord,
     SLOContract,
     UsageDaily,
 )
-from apps.slo.services import DEFAULT_TERMS, contract_save, default_terms
+from apps.slo.services import contract_save, default_terms
 from apps.tenants.admin_mixins import TenantScopedAdmin, admin_scope
 from apps.tenants.models import Tenant
 from apps.tenants.plans import BOUND_FIELDS, tier_bounds
@@ -143,7 +144,7 @@ class SLOContractAdmin(TenantScopedAdmin, admin.ModelAdmin):
             tenant = self.scoped_tenant(request) or (
                 Tenant.objects.filter(pk=int(asked)).first() if asked.isdigit() else None)
             initial.update(default_terms(tenant=tenant, tier=tier) if tenant is not None
-                           else DEFAULT_TERMS.get(tier, {}))
+                           else ContractTerms.defaults())
         return initial
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -11,7 +11,6 @@ from django import forms
 from django.contrib import admin
 
 from apps.slo.models import ContractTerms
-from apps.slo.services import DEFAULT_TERMS
 from apps.slo.validation import check_bounds, validate_terms
 from apps.tenants.models import Plan, PlanTier
 from apps.tenants.plans import BOUND_FIELDS, TierBounds
@@ -32,7 +31,7 @@ class PlanTierForm(forms.ModelForm):
         unknown = sorted(set(overrides) - set(ContractTerms.TERM_FIELDS))
         if unknown:
             raise forms.ValidationError({"default_terms": f"Unknown contract terms: {unknown}."})
-        terms = {**_model_defaults(), **DEFAULT_TERMS.get(tier, {}), **overrides}
+        terms = {**ContractTerms.defaults(), **overrides}
         bounds = TierBounds(plan=str(data.get("plan") or "this plan"), tier=tier,
                             **{name: data.get(name) for name in BOUND_FIELDS})
         errors = {**validate_terms(terms), **check_bounds(terms, bounds)}
@@ -43,9 +42,6 @@ class PlanTierForm(forms.ModelForm):
         return data
 
 
-def _model_defaults() -> dict[str, object]:
-    return {f.name: f.get_default() for f in ContractTerms._meta.fields
-            if f.name in ContractTerms.TERM_FIELDS}
 
 
 class PlanTierInline(admin.StackedInline):

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from celery import current_app
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
 from apps.slo import webhooks
+from apps.slo.fulfilment import WindowRow
 from apps.slo.models import AlertSettings, BreachAlert
 from apps.tenants.models import Membership, Tenant
 
@@ -27,7 +29,7 @@ def alert_windows() -> set[str]:
     return set(getattr(settings, "LASER_SLO_ALERT_WINDOWS", ["hour", "day"]))
 
 
-def raise_breaches(rows: Iterable[dict]) -> list[BreachAlert]:
+def raise_breaches(rows: Iterable[WindowRow]) -> list[BreachAlert]:
     """Create (and deliver after commit) an alert for each missed term of final ``rows``."""
     created: list[BreachAlert] = []
     windows = alert_windows()
@@ -57,10 +59,8 @@ def _payload(alert: BreachAlert, tenant: Tenant) -> dict:
 
 
 def _enqueue(alert_id: int) -> None:
-    from apps.slo.tasks import deliver_alert_task
-
-    try:
-        deliver_alert_task.delay(alert_id)
+    try:  # by the task's name: the task module imports this one
+        current_app.signature("slo.deliver_alert", args=(alert_id,)).delay()
     except Exception:  # a broker outage must not fail the aggregation that raised the alert
         logger.exception("could not enqueue delivery of SLO alert %s", alert_id)
         BreachAlert.objects.filter(pk=alert_id).update(webhook_status="failed: not enqueued")

@@ -20,6 +20,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import BadRequestError, NotFoundError, PermissionDeniedError
+from apps.core.tiers import CHOICES, TIERS
 from apps.slo import csv_export, fulfilment, usage, windows
 from apps.slo.access import is_platform_staff, tenant_ids, tenant_scope
 from apps.slo.models import ContractTerms, SLOContract
@@ -28,7 +30,6 @@ from apps.slo.services import contract_update
 from apps.tenants.authentication import ApiKeyAuthentication
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import user_is_tenant_admin
-from laser_platform.errors import BadRequestError, NotFoundError, PermissionDeniedError
 
 MAX_WINDOWS = 5000
 DEFAULT_SPAN = {"minute": dt.timedelta(hours=1), "hour": dt.timedelta(days=1),
@@ -142,7 +143,7 @@ def _bad_terms(exc: Exception) -> BadRequestError:
 
 class FulfilmentApi(_SloApi):
     class FilterSerializer(serializers.Serializer):
-        tier = serializers.ChoiceField(choices=["hot", "warm", "cold"], required=False)
+        tier = serializers.ChoiceField(choices=CHOICES, required=False)
         window = serializers.ChoiceField(choices=list(windows.WINDOWS), default="hour")
         since = TimeField(required=False)
         until = TimeField(required=False)
@@ -160,7 +161,7 @@ class FulfilmentApi(_SloApi):
         if (until - since) / windows.LENGTH[window] > MAX_WINDOWS:
             raise BadRequestError(f"At most {MAX_WINDOWS} {window} windows per request; "
                                   f"narrow 'since' or use a longer window.", param="since")
-        tiers = [q["tier"]] if q.get("tier") else ["hot", "warm", "cold"]
+        tiers = [q["tier"]] if q.get("tier") else list(TIERS)
         rows = fulfilment.series(window, since, until, tenant_ids=tenant_ids(scope), tiers=tiers)
         slugs = self.slugs({r["tenant_id"] for r in rows})
         for row in rows:

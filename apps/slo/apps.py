@@ -1,3 +1,5 @@
+"""The SLO app: starts the report writer, the signals, the beat schedule and housekeeping."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig
@@ -14,13 +16,10 @@ class SloConfig(AppConfig):
 
         reporting.install()
         signals.install()
-        try:
-            from laser_platform.celery import app
+        from celery import current_app  # the project's app (laser_platform/celery.py)
 
-            for name, entry in tasks.BEAT_SCHEDULE.items():
-                app.conf.beat_schedule.setdefault(name, entry)
-        except ImportError:  # pragma: no cover - celery is a hard dependency
-            pass
+        for name, entry in tasks.BEAT_SCHEDULE.items():
+            current_app.conf.beat_schedule.setdefault(name, entry)
         if getattr(settings, "LASER_EMBEDDED", False):
             from apps.core.lifecycle import register_component
             from apps.slo.background import housekeeper

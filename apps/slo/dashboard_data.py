@@ -4,12 +4,15 @@ violations of one tenant over the last hour. Polled by ``dashboard.js`` every 2 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.utils import timezone
 
+from apps.core.tiers import TIERS, Tier
 from apps.slo import fulfilment, windows
-from apps.slo.models import BreachAlert
+from apps.slo.fulfilment import WindowRow
+from apps.slo.models import BatchRecord, BreachAlert
 from apps.slo.selectors import ContractSnapshot, contracts_for_tenant
 from apps.tenants.models import Tenant
 
@@ -20,21 +23,23 @@ TERM_LABELS = {
     "warm_floor": "delivered tokens/s", "warm_mean_ttft": "mean TTFT",
     "cold_jobs": "jobs on time", "cold_lines": "lines on time",
 }
+# The term each minute's attainment point of the chart shows, per tier.
+MINUTE_TERM = {Tier.HOT: "ttft_within", Tier.WARM: "warm_floor", Tier.COLD: "cold_lines"}
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 1)
 
 
-def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
+def _card(snap: ContractSnapshot, rows: list[WindowRow], since: dt.datetime,
           now: dt.datetime) -> dict[str, Any]:
     tier, t = snap.tier, snap.targets
     hour = fulfilment.compute_range(snap.tenant_id, tier, since, now, now=now)
     stats, terms = hour["stats"], hour["terms"]
     summary = fulfilment.attainment(rows, tier)
-    if tier == "hot":
+    if tier == Tier.HOT:
         value, target = terms["ttft_within"]["actual"], 0.99
-    elif tier == "cold":
+    elif tier == Tier.COLD:
         value, target = terms["cold_jobs"]["actual"], t.cold_percentile / 100.0
     else:
         value, target = summary["attainment"], 0.99
@@ -48,7 +53,7 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
         "requests": stats["requests"],
         "ttft_p99_ms": _ms(stats["ttft_p99_s"]), "ttft_mean_ms": _ms(stats["ttft_mean_s"]),
         "tbt_p99_ms": _ms(stats["tbt_p99_s"]),
-        "ttft_target_ms": _ms(t.ttft_p99_s if tier == "hot" else t.warm_mean_ttft_s),
+        "ttft_target_ms": _ms(t.ttft_p99_s if tier == Tier.HOT else t.warm_mean_ttft_s),
         "tbt_target_ms": _ms(t.tbt_p99_s),
         "interruptions": stats.get("interrupted", stats["outcomes"].get("interrupted", 0)),
         "interruption_rate": terms.get("interruption_rate", {}).get("actual"),
@@ -60,21 +65,21 @@ def _card(snap: ContractSnapshot, rows: list[dict], since: dt.datetime,
     }
 
 
-def _minute_attainment(tier: str, row: dict | None) -> float | None:
+def _minute_attainment(tier: str, row: WindowRow | None) -> float | None:
     if row is None:
         return None
-    term = {"hot": "ttft_within", "warm": "warm_floor", "cold": "cold_lines"}[tier]
+    term = MINUTE_TERM[Tier(tier)]
     verdict = row["terms"].get(term) or {}
     actual = verdict.get("actual")
-    if tier == "warm" and actual is not None:
+    if tier == Tier.WARM and actual is not None:
         return min(1.0, actual / verdict["target"]) * 100.0
     return None if actual is None else actual * 100.0
 
 
-def _series(rows: list[dict], starts: list[dt.datetime]) -> dict[str, Any]:
+def _series(rows: list[WindowRow], starts: list[dt.datetime]) -> dict[str, Any]:
     by_key = {(r["tier"], r["start"]): r for r in rows}
     out: dict[str, Any] = {"labels": [s.strftime("%H:%M") for s in starts]}
-    for tier in ("hot", "warm", "cold"):
+    for tier in TIERS:
         cells = [by_key.get((tier, s)) for s in starts]
         out[tier] = {
             "ttft_p99_ms": [_ms(c["stats"]["ttft_p99_s"]) if c else None for c in cells],
@@ -85,7 +90,7 @@ def _series(rows: list[dict], starts: list[dt.datetime]) -> dict[str, Any]:
     return out
 
 
-def _violations(tenant: Tenant, rows: list[dict]) -> list[dict]:
+def _violations(tenant: Tenant, rows: list[WindowRow]) -> list[dict]:
     found = [{"at": r["start"], "window": "minute", "tier": r["tier"], "term": name,
               "label": TERM_LABELS.get(name, name), "target": v["target"], "actual": v["actual"]}
              for r in rows for name, v in r["terms"].items() if v["kept"] is False]
@@ -101,17 +106,23 @@ def _field(item: Any, name: str, default: Any = None) -> Any:
     return item.get(name, default) if isinstance(item, dict) else getattr(item, name, default)
 
 
+def job_source(source: Callable[[Tenant], Iterable[Any]]) -> None:
+    """Take the live view of a tenant's latest batches (the batches app, which sits above this
+    one, hands it in when it loads). Without one the dashboard shows the jobs the batches app
+    reported to the SLO books (``BatchRecord``)."""
+    global _job_source
+    _job_source = source
+
+
+def _recorded_jobs(tenant: Tenant) -> list[BatchRecord]:
+    return list(BatchRecord.objects.filter(tenant=tenant).order_by("-deadline")[:20])
+
+
+_job_source: Callable[[Tenant], Iterable[Any]] = _recorded_jobs
+
+
 def _batches(tenant: Tenant) -> list[dict]:
-    try:
-        from apps.batches.selectors import batches_for_dashboard
-
-        source = list(batches_for_dashboard(tenant=tenant))
-    except ImportError:
-        source = []
-    if not source:  # no batches app here: the jobs it reported to the SLO books
-        from apps.slo.models import BatchRecord
-
-        source = list(BatchRecord.objects.filter(tenant=tenant).order_by("-deadline")[:20])
+    source = list(_job_source(tenant)) or _recorded_jobs(tenant)
     jobs = []
     for b in source:
         deadline = _field(b, "deadline") or _field(b, "deadline_at")
@@ -135,7 +146,7 @@ def payload(tenant: Tenant, *, now: dt.datetime | None = None) -> dict[str, Any]
     rows = fulfilment.series("minute", first, now, tenant_ids=[tenant.pk])
     contracts = contracts_for_tenant(tenant=tenant)
     cards = [_card(s, [r for r in rows if r["tier"] == s.tier], first, now) for s in contracts]
-    hot = next((s for s in contracts if s.tier == "hot"), None)
+    hot = next((s for s in contracts if s.tier == Tier.HOT), None)
     return {
         "tenant": {"slug": tenant.slug, "name": tenant.name},
         "generated_at": now.isoformat(),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.tiers import TIERS, Tier
 from apps.slo import accounting, windows
 from apps.slo.models import (
     AggregationMark,
@@ -27,9 +28,25 @@ from apps.slo.models import (
     UsageDaily,
     WindowAggregate,
 )
+from apps.slo.selectors import aggregated_through
+from apps.slo.usage import totals
 
-TIERS = ("hot", "warm", "cold")
 Key = tuple[int, str, dt.datetime]  # tenant id, tier, window start
+
+
+class WindowRow(TypedDict):
+    """One tenant × tier × window: what was measured (``stats``) and each contract term's
+    verdict (``terms``: name -> ``{"target", "actual", "kept"}``), as the API shows it."""
+
+    tenant_id: int
+    tier: str
+    window: str
+    start: dt.datetime
+    end: dt.datetime
+    final: bool
+    contract_version: int | None  # the number of the version the window was judged by
+    stats: dict[str, Any]
+    terms: dict[str, dict[str, Any]]
 
 
 def grace() -> dt.timedelta:
@@ -51,11 +68,11 @@ def _group(window: str, since: dt.datetime, until: dt.datetime,
     for r in qs.order_by("finished_at").iterator(chunk_size=2000):
         records[(r.tenant_id, r.tier_asked, windows.floor(r.finished_at, window))].append(r)
     batches: dict[Key, list] = defaultdict(list)
-    if "cold" in tiers:
+    if Tier.COLD in tiers:
         bqs = _filter(BatchRecord.objects, tenant_ids).filter(deadline__gte=since,
                                                              deadline__lt=until)
         for b in bqs.iterator():
-            batches[(b.tenant_id, "cold", windows.floor(b.deadline, window))].append(b)
+            batches[(b.tenant_id, Tier.COLD, windows.floor(b.deadline, window))].append(b)
     return records, batches
 
 
@@ -82,30 +99,41 @@ class _Terms:
         return self._current[key]
 
 
-def _row(key: Key, window: str, stats: dict, terms: dict, version: Any, final: bool) -> dict:
+def _row(key: Key, window: str, stats: dict, terms: dict, version: Any,
+         final: bool) -> WindowRow:
     tenant_id, tier, start = key
-    return {
-        "tenant_id": tenant_id, "tier": tier, "window": window, "start": start,
-        "end": start + windows.LENGTH[window], "final": final,
-        "contract_version": getattr(version, "number", None), "stats": stats, "terms": terms,
-    }
+    return WindowRow(
+        tenant_id=tenant_id, tier=tier, window=window, start=start,
+        end=start + windows.LENGTH[window], final=final,
+        contract_version=getattr(version, "number", None), stats=stats, terms=terms,
+    )
 
 
 def compute(window: str, since: dt.datetime, until: dt.datetime, *,
             tenant_ids: Iterable[int] | None = None, tiers: Iterable[str] = TIERS,
-            now: dt.datetime | None = None) -> dict[Key, dict]:
+            now: dt.datetime | None = None) -> dict[Key, WindowRow]:
     """Fulfilment of every non-empty window in ``[since, until)``, from the raw records."""
+    return {key: row for key, (row, _) in _judged(window, since, until, tenant_ids=tenant_ids,
+                                                  tiers=tiers, now=now).items()}
+
+
+def _judged(window: str, since: dt.datetime, until: dt.datetime, *,
+            tenant_ids: Iterable[int] | None = None, tiers: Iterable[str] = TIERS,
+            now: dt.datetime | None = None) -> dict[Key, tuple[WindowRow, int | None]]:
+    """``compute``, each row with the id of the contract version it was judged by (None when
+    judged by the live contract, no version frozen yet)."""
     now = now or timezone.now()
     records, batches = _group(window, since, until, tenant_ids, tiers)
-    finder, rows = _Terms(), {}
+    finder = _Terms()
+    rows: dict[Key, tuple[WindowRow, int | None]] = {}
     seconds = windows.LENGTH[window].total_seconds()
     for key in sorted(set(records) | set(batches)):
         group = records.get(key, [])
         terms = finder.for_window(key[0], key[1], group)
         stats, result = accounting.evaluate(key[1], group, terms, seconds=seconds,
                                             batches=batches.get(key, ()), now=now)
-        rows[key] = _row(key, window, stats, result, terms, final=False)
-        rows[key]["_version_id"] = terms.pk if isinstance(terms, ContractVersion) else None
+        version_id = terms.pk if isinstance(terms, ContractVersion) else None
+        rows[key] = (_row(key, window, stats, result, terms, final=False), version_id)
     return rows
 
 
@@ -116,16 +144,12 @@ def compute_range(tenant_id: int, tier: str, since: dt.datetime, until: dt.datet
                                       finished_at__gte=since, finished_at__lt=until)
     records = list(qs.order_by("finished_at"))
     batches = (list(BatchRecord.objects.filter(tenant_id=tenant_id, deadline__gte=since,
-                                               deadline__lt=until)) if tier == "cold" else [])
+                                               deadline__lt=until)) if tier == Tier.COLD else [])
     terms = _Terms().for_window(tenant_id, tier, records)
     stats, result = accounting.evaluate(tier, records, terms,
                                         seconds=(until - since).total_seconds(),
                                         batches=batches, now=now or timezone.now())
     return {"stats": stats, "terms": result, "contract_version": getattr(terms, "number", None)}
-
-
-def mark_of(window: str) -> dt.datetime | None:
-    return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()
 
 
 def _first_data(window: str) -> dt.datetime | None:
@@ -136,8 +160,6 @@ def _first_data(window: str) -> dt.datetime | None:
 
 
 def _store_usage(since: dt.datetime, until: dt.datetime) -> None:
-    from apps.slo.usage import totals
-
     for row in totals(since, until):
         UsageDaily.objects.update_or_create(
             tenant_id=row["tenant_id"], key_prefix=row["key_prefix"], tier=row["tier"],
@@ -147,27 +169,27 @@ def _store_usage(since: dt.datetime, until: dt.datetime) -> None:
                       "completion_tokens": row["completion_tokens"]})
 
 
-def materialise(*, now: dt.datetime | None = None) -> list[dict]:
+def materialise(*, now: dt.datetime | None = None) -> list[WindowRow]:
     """Store every window that closed (plus the grace) since the last run; returns the rows.
 
     Idempotent: re-running recomputes nothing that is already final. Day windows also store
     usage per key, tier and day. Breach alerts are raised by the caller (``tasks``).
     """
     now = now or timezone.now()
-    stored: list[dict] = []
+    stored: list[WindowRow] = []
     for window in windows.WINDOWS:
         limit = windows.floor(now - grace(), window)
-        mark = mark_of(window) or _first_data(window) or limit
+        mark = aggregated_through(window) or _first_data(window) or limit
         if mark >= limit:
             AggregationMark.objects.update_or_create(window=window, defaults={"through": mark})
             continue
-        rows = compute(window, mark, limit, now=now)
+        rows = _judged(window, mark, limit, now=now)
         with transaction.atomic():
-            for key, row in rows.items():
+            for key, (row, version_id) in rows.items():
                 WindowAggregate.objects.update_or_create(
                     tenant_id=key[0], tier=key[1], window=window, start=key[2],
                     defaults={"stats": row["stats"], "terms": row["terms"],
-                              "contract_version_id": row.pop("_version_id")})
+                              "contract_version_id": version_id})
                 row["final"] = True
                 stored.append(row)
             if window == "day":
@@ -178,12 +200,12 @@ def materialise(*, now: dt.datetime | None = None) -> list[dict]:
 
 def series(window: str, since: dt.datetime, until: dt.datetime, *,
            tenant_ids: Iterable[int] | None = None, tiers: Iterable[str] = TIERS,
-           now: dt.datetime | None = None) -> list[dict]:
+           now: dt.datetime | None = None) -> list[WindowRow]:
     """Every non-empty window overlapping ``[since, until)``, oldest first: final ones from the
     materialised table, later ones computed from the records."""
     tiers, since = list(tiers), windows.floor(since, window)
-    mark = mark_of(window)
-    rows: dict[Key, dict] = {}
+    mark = aggregated_through(window)
+    rows: dict[Key, WindowRow] = {}
     if mark is not None and since < mark:
         qs = _filter(WindowAggregate.objects, tenant_ids).filter(
             window=window, tier__in=tiers, start__gte=since, start__lt=min(until, mark))
@@ -192,15 +214,12 @@ def series(window: str, since: dt.datetime, until: dt.datetime, *,
             rows[key] = _row(key, window, agg.stats, agg.terms, agg.contract_version, final=True)
     open_since = max(since, mark) if mark is not None else since
     if open_since < until:
-        computed = compute(window, open_since, until, tenant_ids=tenant_ids, tiers=tiers,
-                           now=now)
-        for key, row in computed.items():
-            row.pop("_version_id", None)
-            rows[key] = row
+        rows.update(compute(window, open_since, until, tenant_ids=tenant_ids, tiers=tiers,
+                            now=now))
     return [rows[key] for key in sorted(rows)]
 
 
-def attainment(rows: Iterable[dict], tier: str) -> dict[str, Any]:
+def attainment(rows: Iterable[WindowRow], tier: str) -> dict[str, Any]:
     """Across windows: the share whose headline term was kept (hot: P99 TTFT ≤ target), and for
     hot also the share of requests within the TTFT target."""
     term = accounting.HEADLINE_TERM[tier]
@@ -215,5 +234,5 @@ def attainment(rows: Iterable[dict], tier: str) -> dict[str, Any]:
     return {
         "term": term, "windows_judged": judged, "windows_kept": kept,
         "attainment": kept / judged if judged else None,
-        "requests_within": within / measured if tier == "hot" and measured else None,
+        "requests_within": within / measured if tier == Tier.HOT and measured else None,
     }

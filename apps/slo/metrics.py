@@ -1,9 +1,9 @@
 """Prometheus metrics on ``/metrics`` (bearer ``LASER_METRICS_TOKEN`` or a staff session).
 
 Per-request series (TTFT, TBT, queue-time histograms; requests, tokens and demotions counters)
-are observed by the report writer thread, off the request's path. Engine gauges (running and
-waiting per tier, KV usage, preemptions) and SLO attainment gauges are collected at scrape time,
-only by the (sync) view: under ASGI Django runs it on its sync thread, where the ORM and
+are observed by the report writer thread, off the request's path. SLO attainment gauges, and the
+engine gauges the gateway registers here (``apps/gateway/metrics.py``), are collected at scrape
+time, only by the (sync) view: under ASGI Django runs it on its sync thread, where the ORM and
 ``async_to_sync`` are allowed. Nothing here may scrape on an event loop's thread.
 """
 
@@ -19,7 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
@@ -68,56 +68,17 @@ def observe_reports(reports: Iterable[Any]) -> None:
             DEMOTIONS.labels(*labels).inc()
 
 
-def engine_stats() -> dict | None:
-    """This process's engine client's stats as a dict, or None when no engine is up here.
-
-    ``stats_now()`` is synchronous on every client (the remote one reads the worker registry
-    over its own connection), so this is safe on any thread and never touches an event loop.
-    """
-    from apps.gateway.serving import current_engine_client
-
-    client = current_engine_client()
-    if client is None or not client.ready:
-        return None
-    try:
-        return client.stats_now().to_dict()
-    except Exception:
-        logger.warning("engine stats unavailable for /metrics", exc_info=True)
-        return None
-
-
-class _ScrapeCollector(Collector):
-    """Engine gauges and SLO attainment, computed when Prometheus scrapes."""
+class _AttainmentCollector(Collector):
+    """SLO attainment per tenant and tier, computed when Prometheus scrapes."""
 
     def describe(self) -> Iterator[Any]:
-        """The families without reading anything. Without it the ``auto_describe`` registry
+        """The family without reading anything. Without it the ``auto_describe`` registry
         would call ``collect`` on ``register``, i.e. at import, and the first import happens
         while resolving the first request's URL, on the ASGI server's event loop."""
-        yield from self._engine({"ready": True})
         yield _attainment_family()
 
     def collect(self) -> Iterator[Any]:
-        yield from self._engine(engine_stats())
         yield from self._attainment()
-
-    def _engine(self, stats: dict | None) -> Iterator[Any]:
-        ready = GaugeMetricFamily("laser_engine_ready", "1 when the engine serves here.")
-        ready.add_metric([], 1.0 if stats and stats.get("ready", True) else 0.0)
-        yield ready
-        if not stats:
-            return
-        for name in ("running", "waiting"):
-            family = GaugeMetricFamily(f"laser_engine_{name}", f"Requests {name} per tier.",
-                                       labels=["tier"])
-            for tier, count in (stats.get(name) or {}).items():
-                family.add_metric([str(tier)], float(count))
-            yield family
-        yield GaugeMetricFamily("laser_kv_usage_ratio", "Fraction of KV blocks in use.",
-                                value=float(stats.get("kv_usage", 0.0)))
-        yield GaugeMetricFamily("laser_engine_tokens_per_second", "Generated tokens/s.",
-                                value=float(stats.get("tokens_per_s", 0.0)))
-        yield CounterMetricFamily("laser_engine_preemptions", "Preemptions since start.",
-                                  value=float(stats.get("num_preemptions", 0)))
 
     def _attainment(self) -> Iterator[Any]:
         from apps.slo import fulfilment
@@ -129,7 +90,7 @@ class _ScrapeCollector(Collector):
         except Exception:
             logger.warning("attainment unavailable for /metrics", exc_info=True)
             rows = []
-        groups: dict[tuple[int, str], list[dict]] = {}
+        groups: dict[tuple[int, str], list[fulfilment.WindowRow]] = {}
         for row in rows:
             groups.setdefault((row["tenant_id"], row["tier"]), []).append(row)
         slugs = _slugs(tenant_id for tenant_id, _ in groups)
@@ -147,7 +108,7 @@ def _attainment_family() -> GaugeMetricFamily:
         labels=["tenant", "tier"])
 
 
-REGISTRY.register(_ScrapeCollector())
+REGISTRY.register(_AttainmentCollector())
 
 
 def _authorised(request: HttpRequest) -> bool:

@@ -10,7 +10,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from apps.tenants.models import ApiKey, Tenant, Tier
+from apps.core.tiers import CHOICES
+from apps.tenants.models import ApiKey, Tenant
+from inference.request import ContractTargets
+
+# The design's table of targets: the engine's defaults are a new contract's.
+_TABLE = ContractTargets()
 
 
 class Window(models.TextChoices):
@@ -34,31 +39,34 @@ class ContractTerms(models.Model):
     """The terms of a contract, shared by the live contract and its frozen versions.
 
     Times are seconds, rates tokens/s, budgets and bands fractions (0.001 = 0.1 %), the cold
-    percentile a percentage. Defaults are the design's table.
+    percentile a percentage. Defaults are the design's table (``ContractTargets``), the one
+place they are written; the limits are the platform's own.
     """
 
     # hot
-    ttft_p99_s = models.FloatField("P99 TTFT (s)", default=0.2)
-    tbt_p99_s = models.FloatField("P99 TBT (s)", default=0.1)
+    ttft_p99_s = models.FloatField("P99 TTFT (s)", default=_TABLE.ttft_p99_s)
+    tbt_p99_s = models.FloatField("P99 TBT (s)", default=_TABLE.tbt_p99_s)
     interruption_budget = models.FloatField(
-        "interruption budget", default=0.001,
+        "interruption budget", default=_TABLE.interruption_budget,
         help_text="Fraction of started streams, 0.001 = 0.1 %.",
     )
     demotable = models.BooleanField(
-        default=False, help_text="Sessions may be moved to warm under hot pressure."
+        default=_TABLE.demotable, help_text="Sessions may be moved to warm under hot pressure."
     )
     demotion_budget = models.FloatField(
         default=0.05, help_text="With demotable sessions: the largest share of requests demoted."
     )
-    priority_weight = models.FloatField(default=1.0)
+    priority_weight = models.FloatField(default=_TABLE.priority_weight)
     # warm
-    warm_rate_tps = models.FloatField("contracted tokens/s", default=20.0)
-    warm_band = models.FloatField("stability band", default=0.05, help_text="0.05 = ±5 %.")
-    warm_mean_ttft_s = models.FloatField("mean TTFT (s)", default=2.0)
+    warm_rate_tps = models.FloatField("contracted tokens/s", default=_TABLE.warm_rate_tps)
+    warm_band = models.FloatField("stability band", default=_TABLE.warm_band,
+                                  help_text="0.05 = ±5 %.")
+    warm_mean_ttft_s = models.FloatField("mean TTFT (s)", default=_TABLE.warm_mean_ttft_s)
     # cold
-    cold_deadline_s = models.FloatField("deadline (s)", default=4 * 3600.0)
+    cold_deadline_s = models.FloatField("deadline (s)", default=_TABLE.cold_deadline_s)
     cold_percentile = models.FloatField(
-        "completion percentile", default=99.0, help_text="% of jobs that finish by the deadline."
+        "completion percentile", default=_TABLE.cold_percentile,
+        help_text="% of jobs that finish by the deadline.",
     )
     # limits, every tier
     requests_per_min = models.PositiveIntegerField(default=600)
@@ -79,12 +87,17 @@ class ContractTerms(models.Model):
     def terms(self) -> dict:
         return {name: getattr(self, name) for name in self.TERM_FIELDS}
 
+    @classmethod
+    def defaults(cls) -> dict:
+        """Every term's default (a new contract's terms before its plan's overrides)."""
+        return {f.name: f.get_default() for f in cls._meta.fields if f.name in cls.TERM_FIELDS}
+
 
 class SLOContract(ContractTerms):
     """What one tier owes one tenant. A tenant may use exactly the tiers it has a contract for."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="slo_contracts")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     current_version = models.ForeignKey(
         "ContractVersion", on_delete=models.PROTECT, null=True, blank=True, editable=False,
         related_name="+",
@@ -151,8 +164,8 @@ class RequestRecord(models.Model):
     contract_version = models.ForeignKey(
         ContractVersion, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    tier_asked = models.CharField(max_length=8, choices=Tier.choices)
-    tier_served = models.CharField(max_length=8, choices=Tier.choices, blank=True)
+    tier_asked = models.CharField(max_length=8, choices=CHOICES)
+    tier_served = models.CharField(max_length=8, choices=CHOICES, blank=True)
     demoted = models.BooleanField(default=False)
     # False: admitted as excess, above the contract's rates (under the plan's burst ceiling)
     in_contract = models.BooleanField(default=True)
@@ -220,7 +233,7 @@ class WindowAggregate(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     window = models.CharField(max_length=8, choices=Window.choices)
     start = models.DateTimeField()
     contract_version = models.ForeignKey(
@@ -247,7 +260,7 @@ class UsageDaily(models.Model):
         ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     key_prefix = models.CharField(max_length=16, blank=True)
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     day = models.DateField()
     requests = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -281,7 +294,7 @@ class BreachAlert(models.Model):
     """A term missed over a window. The unique constraint makes each alert fire at most once."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     window = models.CharField(max_length=8, choices=Window.choices)
     window_start = models.DateTimeField()
     term = models.CharField(max_length=32)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.slo import fulfilment, windows
 from apps.slo.models import BatchRecord, RequestRecord
+from apps.slo.selectors import aggregated_through
 
 
 def cutoff(now: dt.datetime) -> dt.datetime:
@@ -22,7 +23,7 @@ def prune(*, now: dt.datetime | None = None) -> dict[str, int]:
     """Materialise what is due, then delete records (and finished jobs) before the cutoff."""
     now = now or timezone.now()
     fulfilment.materialise(now=now)
-    day_mark = fulfilment.mark_of("day")
+    day_mark = aggregated_through("day")
     if day_mark is None:
         return {"records": 0, "batches": 0}
     limit = min(cutoff(now), day_mark)  # never delete what the day windows have not absorbed

@@ -6,11 +6,13 @@ Contracts leave this module as plain frozen values (``ContractSnapshot`` holding
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass
 
 from asgiref.sync import sync_to_async
 
-from apps.slo.models import ContractTerms, SLOContract
+from apps.core.tiers import Tier
+from apps.slo.models import AggregationMark, ContractTerms, SLOContract
 from apps.tenants.models import Tenant
 from inference.request import ContractTargets
 
@@ -100,12 +102,12 @@ async def acontract_for(*, tenant: TenantRef, tier: str) -> ContractSnapshot | N
 
 def contracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
     """Every contract of ``tenant``, in tier order hot, warm, cold."""
-    order = {"hot": 0, "warm": 1, "cold": 2}
     contracts = SLOContract.objects.select_related("current_version").filter(
         tenant_id=_tenant_id(tenant)
     )
-    return sorted((snapshot_of(c) for c in contracts), key=lambda s: order.get(s.tier, 9))
+    return sorted((snapshot_of(c) for c in contracts), key=lambda s: Tier(s.tier).rank)
 
 
-async def acontracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
-    return await sync_to_async(contracts_for_tenant, thread_sensitive=True)(tenant=tenant)
+def aggregated_through(window: str) -> dt.datetime | None:
+    """Where the materialised ``window`` aggregates end (``None`` before the first run)."""
+    return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()

@@ -1,7 +1,7 @@
 """Writes for SLO contracts, and the reporting entry points every request path uses.
 
-``report_request`` / ``RequestReport`` / ``tbt_stats`` live in ``reporting`` and are re-exported
-here so callers import them from one place.
+``report_request`` (``reporting``), ``RequestReport`` (``report_types``) and ``tbt_stats``
+(``stats``) are re-exported here so callers import them from one place.
 """
 
 from __future__ import annotations
@@ -9,26 +9,14 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from apps.core.tiers import TIERS
 from apps.slo.models import ContractTerms, ContractVersion, SLOContract
-from apps.slo.reporting import (  # noqa: F401 (public API)
-    BatchReport,
-    RequestReport,
-    flush_reports,
-    percentile,
-    report_batch,
-    report_request,
-    tbt_stats,
-)
+from apps.slo.report_types import BatchReport, RequestReport  # noqa: F401 (public API)
+from apps.slo.reporting import flush_reports, report_batch, report_request  # noqa: F401
+from apps.slo.stats import percentile, tbt_stats  # noqa: F401
 from apps.slo.validation import validate_contract
-from apps.tenants.models import Tenant, Tier
+from apps.tenants.models import Tenant
 from apps.tenants.plans import plan_default_terms
-
-# The design's table, per tier. Fields not listed take the model defaults.
-DEFAULT_TERMS: dict[str, dict] = {
-    Tier.HOT: {"ttft_p99_s": 0.2, "tbt_p99_s": 0.1, "interruption_budget": 0.001},
-    Tier.WARM: {"warm_rate_tps": 20.0, "warm_band": 0.05, "warm_mean_ttft_s": 2.0},
-    Tier.COLD: {"cold_deadline_s": 4 * 3600.0, "cold_percentile": 99.0},
-}
 
 
 def _version_differs(contract: SLOContract) -> bool:
@@ -78,7 +66,7 @@ def _check_names(terms: dict) -> None:
 
 def default_terms(*, tenant: Tenant, tier: str) -> dict[str, object]:
     """A new ``tier`` contract's terms: the design's table, overridden by the tenant's plan."""
-    return {**DEFAULT_TERMS.get(tier, {}), **plan_default_terms(tenant, tier)}
+    return {**ContractTerms.defaults(), **plan_default_terms(tenant, tier)}
 
 
 def contract_create(
@@ -112,8 +100,8 @@ def contracts_ensure_defaults(*, tenant: Tenant) -> list[SLOContract]:
     plan's defaults are signed as platform staff set them. Returns hot → cold.
     """
     existing = {c.tier: c for c in SLOContract.objects.filter(tenant=tenant)}
-    for tier in (Tier.HOT, Tier.WARM, Tier.COLD):
+    for tier in TIERS:
         if tier not in existing:
             existing[tier] = contract_create(tenant=tenant, tier=tier, beyond_plan=True,
                                              created_by=PLAN_DEFAULTS_AUTHOR)
-    return [existing[t] for t in (Tier.HOT, Tier.WARM, Tier.COLD)]
+    return [existing[t] for t in TIERS]

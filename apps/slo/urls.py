@@ -1,3 +1,5 @@
+"""The SLO API, the dashboard and ``/metrics`` routes."""
+
 from __future__ import annotations
 
 from django.urls import path

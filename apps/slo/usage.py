@@ -7,8 +7,9 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 
-from apps.slo import accounting, fulfilment
+from apps.slo import accounting
 from apps.slo.models import RequestRecord, UsageDaily
+from apps.slo.selectors import aggregated_through
 
 
 def usage(since: dt.date, until: dt.date, *, tenant_ids: Iterable[int] | None = None
@@ -16,7 +17,7 @@ def usage(since: dt.date, until: dt.date, *, tenant_ids: Iterable[int] | None = 
     """Rows ``{tenant_id, key_prefix, tier, day, requests, prompt_tokens, completion_tokens}``
     for ``since <= day < until``, newest day first."""
     ids = None if tenant_ids is None else list(tenant_ids)
-    mark = fulfilment.mark_of("day")
+    mark = aggregated_through("day")
     open_from = max(since, mark.date()) if mark else since
     rows: list[dict] = []
     stored = UsageDaily.objects.filter(day__gte=since, day__lt=min(until, open_from))

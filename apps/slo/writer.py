@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from apps.slo.models import BatchRecord, ContractVersion, RequestRecord
-from apps.slo.reporting import BatchReport, RequestReport, to_datetime
+from apps.slo.report_types import BatchReport, RequestReport, to_datetime
 from apps.tenants.models import ApiKey, Tenant
 
 logger = logging.getLogger(__name__)

@@ -7,9 +7,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import PermissionDeniedError
 from apps.tenants.authentication import ApiKeyAuthentication
 from apps.tenants.selectors import api_keys_for_tenant, tenant_for_user
-from laser_platform.errors import PermissionDeniedError
 
 
 class ApiKeyListApi(APIView):

@@ -9,9 +9,9 @@ from typing import Any
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from apps.core.errors import APIError
 from apps.tenants.models import ApiKey, Tenant
 from apps.tenants.selectors import api_key_resolve, key_from_headers
-from laser_platform.errors import APIError
 
 
 @dataclass(frozen=True, eq=False)

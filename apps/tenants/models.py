@@ -12,14 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-
-class Tier(models.TextChoices):
-    """Service tiers. The engine uses the same strings."""
-
-    HOT = "hot", "Hot (interactive)"
-    WARM = "warm", "Warm (analysis)"
-    COLD = "cold", "Cold (batch)"
-
+from apps.core.tiers import CHOICES, Tier
 
 GIB = 1024**3
 
@@ -75,7 +68,7 @@ class PlanTier(models.Model):
     contract a new tenant starts with. An empty bound means "no bound beyond the platform's"."""
 
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="tiers")
-    tier = models.CharField(max_length=8, choices=Tier.choices)
+    tier = models.CharField(max_length=8, choices=CHOICES)
     # Tightest targets a tenant may sign (a smaller target would jump the queue).
     min_ttft_p99_s = models.FloatField("tightest P99 TTFT (s)", null=True, blank=True)
     min_tbt_p99_s = models.FloatField("tightest P99 TBT (s)", null=True, blank=True)
@@ -157,7 +150,7 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=100, blank=True)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
-    default_tier = models.CharField(max_length=8, choices=Tier.choices, default=Tier.HOT)
+    default_tier = models.CharField(max_length=8, choices=CHOICES, default=Tier.HOT)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)

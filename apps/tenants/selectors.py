@@ -9,9 +9,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from apps.core.errors import MISSING_KEY, AuthenticationError
 from apps.tenants import keys
 from apps.tenants.models import ApiKey, Membership, Tenant
-from laser_platform.errors import MISSING_KEY, AuthenticationError
 
 MALFORMED_KEY = "Malformed API key: Laser keys look like 'lsr_<prefix>.<secret>'."
 INCORRECT_KEY = "Incorrect API key provided."

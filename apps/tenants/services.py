@@ -10,8 +10,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.tiers import TIERS, Tier
 from apps.tenants import keys
-from apps.tenants.models import ApiKey, Membership, Plan, PlanTier, Tenant, Tier
+from apps.tenants.models import ApiKey, Membership, Plan, PlanTier, Tenant
 from apps.tenants.plans import (
     DEFAULT_BOUNDS,
     DEFAULT_PLAN_NAME,
@@ -54,7 +55,7 @@ def plan_ensure_default() -> Plan:
     plan, _ = Plan.objects.get_or_create(name=DEFAULT_PLAN_NAME, defaults=default_plan_limits())
     plan.is_default = True
     plan.save(update_fields=["is_default"])
-    for tier in Tier.values:
+    for tier in TIERS:
         PlanTier.objects.get_or_create(
             plan=plan, tier=tier,
             defaults={**DEFAULT_BOUNDS, "default_terms": dict(DEFAULT_PLAN_TERMS)},
@@ -102,8 +103,9 @@ def api_key_create(
     created_by: AbstractBaseUser | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key for ``tenant``; returns (key, plaintext). The plaintext is not stored."""
-    if default_tier not in Tier.values:
-        raise ValueError(f"unknown tier {default_tier!r}; expected one of {Tier.values}")
+    if default_tier not in TIERS:
+        names = [tier.value for tier in TIERS]
+        raise ValueError(f"unknown tier {default_tier!r}; expected one of {names}")
     api_key = ApiKey(
         tenant=tenant,
         name=name,

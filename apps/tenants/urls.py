@@ -1,3 +1,5 @@
+"""The tenant and API-key routes."""
+
 from __future__ import annotations
 
 from django.urls import path

@@ -1,3 +1,5 @@
+"""The web app."""
+
 from __future__ import annotations
 
 from django.apps import AppConfig

@@ -21,8 +21,8 @@ from apps.batches.selectors import batches_list, request_counts_many
 from apps.batches.services import CANCELLABLE, batch_cancel, batch_create
 from apps.batches.storage import PART_BYTES
 from apps.batches.validation import ENDPOINTS
+from apps.core.errors import APIError, NotFoundError
 from apps.web.access import is_member, tenant_page
-from laser_platform.errors import APIError, NotFoundError
 
 LIST_LIMIT = 20
 TERMINAL = ("completed", "failed", "expired", "cancelled")

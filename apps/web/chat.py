@@ -8,11 +8,11 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import BadRequestError
+from apps.core.tiers import TIERS, Tier
 from apps.slo.selectors import contracts_for_tenant
 from apps.tenants.models import Tenant
-from laser_platform.errors import BadRequestError
 
-TIER_ORDER = ("hot", "warm", "cold")
 MAX_TOKENS_LIMIT = 2048
 DEFAULT_MAX_TOKENS = 256
 
@@ -30,8 +30,9 @@ def chat_setup(tenant: Tenant) -> ChatSetup:
     """Tiers the tenant holds contracts for (hot first); default hot where contracted, else
     warm, else the first one held."""
     contracts = {c.tier: c for c in contracts_for_tenant(tenant=tenant)}
-    tiers = [t for t in TIER_ORDER if t in contracts]
-    default = next((t for t in ("hot", "warm") if t in contracts), tiers[0] if tiers else "warm")
+    tiers = [t for t in TIERS if t in contracts]
+    default = next((t for t in (Tier.HOT, Tier.WARM) if t in contracts),
+                   tiers[0] if tiers else Tier.WARM)
     terms = {t: _terms(contracts[t]) for t in tiers}
     return ChatSetup(tenant=tenant, tiers=tiers, default_tier=default, terms=terms,
                      models=[settings.LASER_SERVED_MODEL_ID])  # what /v1/models lists

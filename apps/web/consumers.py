@@ -7,7 +7,7 @@ The tenant is the one chosen in the web app's session, and the user must be a me
 the tenant since gets a 401 error and the socket closes with 4401; past the user's open-socket
 cap (``LASER_KEY_MAX_SOCKETS``) the socket gets a 429 error and closes with 4429. One
 conversation per socket, kept here. Frames are bounded as on ``/ws/chat/``
-(``laser_platform/ws_frames.py``): a bad one gets an ``error`` message, one past
+(``apps/core/ws_frames.py``): a bad one gets an ``error`` message, one past
 ``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009; a fault of ours is logged
 and closes with 1011.
 
@@ -28,17 +28,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.gateway.serving import slots
-from apps.web.access import is_member, tenant_for_session
-from apps.web.chat import ChatSetup, chat_setup, turn_params
-from apps.web.serving import browser_caller, serve_turn
-from laser_platform.errors import APIError, BadRequestError, ServerError
-from laser_platform.ws_frames import (
+from apps.core.errors import APIError, BadRequestError, ServerError
+from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
     MessageTooBig,
     decode_frame,
 )
+from apps.gateway.serving import slots
+from apps.web.access import is_member, tenant_for_session
+from apps.web.chat import ChatSetup, chat_setup, turn_params
+from apps.web.serving import browser_caller, serve_turn
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.tenants.models import ApiKey, Tier
+from apps.core.tiers import CHOICES
+from apps.tenants.models import ApiKey
 from apps.tenants.selectors import api_keys_for_tenant
 from apps.tenants.services import api_key_create, api_key_revoke
 from apps.web.access import can_manage_keys, tenant_page
@@ -28,7 +29,7 @@ def _page(request: HttpRequest, *, created: ApiKey | None = None, secret: str = 
     context = {
         "section": "keys", "keys": api_keys_for_tenant(tenant=tenant),
         "can_manage": can_manage_keys(request.user, tenant),
-        "tiers": [(t, label) for t, label in Tier.choices if t in setup.tiers],
+        "tiers": [(t, label) for t, label in CHOICES if t in setup.tiers],
         "created": created, "secret": secret, "errors": errors or {},
         "base_url": base_url, "model": setup.models[0], "form": {} if created else request.POST,
     }

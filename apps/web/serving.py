@@ -9,10 +9,10 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.core.errors import APIError
 from apps.gateway.serving import CHAT, Caller, Completion, serve
 from apps.slo.services import tbt_stats
 from inference.request import Delta
-from laser_platform.errors import APIError
 
 Emit = Callable[[dict[str, Any]], None]
 ENDPOINT = "/ws/app/chat/"  # the label of the turn's SLO record

@@ -1,3 +1,5 @@
+"""The browser pages' routes."""
+
 from __future__ import annotations
 
 from django.urls import path

@@ -49,7 +49,7 @@ INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [
     # First: every request gets an id, every 500 is logged with its traceback and that id.
-    "laser_platform.middleware.RequestIdMiddleware",
+    "apps.core.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -118,7 +118,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "laser_platform.errors.exception_handler",
+    "EXCEPTION_HANDLER": "apps.core.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
@@ -130,7 +130,7 @@ LASER_DRAIN_TIMEOUT: float = env("LASER_DRAIN_TIMEOUT", 30.0, float)
 LASER_DRAIN_ACCEPT_S: float = env("LASER_DRAIN_ACCEPT_S", 2.0, float)
 # last_used_at is written at most this often per key, not on every request.
 LASER_API_KEY_TOUCH_INTERVAL: int = env("LASER_API_KEY_TOUCH_INTERVAL", 60, int)
-# Deepest JSON accepted in a request body or a batch input line (laser_platform/jsonbody.py).
+# Deepest JSON accepted in a request body or a batch input line (apps/core/jsonbody.py).
 LASER_MAX_JSON_DEPTH: int = env("LASER_MAX_JSON_DEPTH", 64, int)
 
 LOG_LEVEL: str = env(

@@ -1,7 +1,7 @@
 """Engine settings: the one table of the engine's variables (names, defaults, validation).
 
 ``LASER_ENGINE_CONFIG`` holds every ``inference.engine.config.EngineConfig`` field; the gateway
-builds the engine's config from it (``apps.gateway.engine.engine_config``) and ``inference/``
+builds the engine's config from it (``apps.gateway.engine_client.engine_config``) and ``inference/``
 reads no environment itself. The README's configuration table lists exactly these variables
 (tests/laser_platform/test_config_table.py checks both ways).
 

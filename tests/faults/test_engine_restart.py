@@ -24,7 +24,7 @@ def faulty_engine(tiny_model_path, settings):
     ``armed`` is set, and registered with the lifecycle as ``manage.py serve`` does."""
     from apps.core.lifecycle import lifecycle
     from apps.gateway import lifecycle as engine_component
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from tests.apps.gateway.live import start_engine
 
     engine = start_engine(str(tiny_model_path))

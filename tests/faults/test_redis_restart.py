@@ -31,7 +31,7 @@ def own_redis(tmp_path):
 @pytest.fixture
 def gated_engine(tiny_model_path):
     """The process's engine over the tiny model; its step loop waits while ``gate`` is clear."""
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from tests.apps.gateway.live import start_engine
 
     engine = start_engine(str(tiny_model_path))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from laser_platform.body_limit import FORM_OVERHEAD_BYTES, BodyLimit, limit_for
+from apps.core.body_limit import FORM_OVERHEAD_BYTES, BodyLimit, limit_for
 from tests import test_openapi_fuzz
 
 LIMIT = 1000

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from laser_platform.errors import BadRequestError
-from laser_platform.jsonbody import json_depth, loads_bounded
-from laser_platform.ws_frames import MessageTooBig, decode_frame
+from apps.core.errors import BadRequestError
+from apps.core.jsonbody import json_depth, loads_bounded
+from apps.core.ws_frames import MessageTooBig, decode_frame
 
 
 @pytest.mark.parametrize("raw, depth", [("null", 0), ("7", 0), ('"s"', 0), ("[]", 1),

@@ -100,6 +100,10 @@ class RemoteEngineClient:
         """Nothing to stop here (each event loop's connections close with their loop)."""
 
     @property
+    def not_ready_reason(self) -> str | None:
+        return None if self.ready else "no live engine worker"
+
+    @property
     def ready(self) -> bool:
         """At least one live worker (read synchronously, cached for a second)."""
         if time.monotonic() - self._ready_at > 1.0:

@@ -51,7 +51,7 @@ def cold(tenant_factory, api_key_factory, settings) -> SimpleNamespace:
 
 @pytest.fixture
 def engine() -> FakeEngine:
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
 
     fake = FakeEngine()
     old = set_engine_client(fake)
@@ -90,10 +90,10 @@ class TaskQueue:
 
 @pytest.fixture
 def queue(monkeypatch) -> TaskQueue:
-    from apps.batches import dispatch
+    from apps.batches import enqueue
 
     q = TaskQueue()
-    monkeypatch.setattr(dispatch, "after_commit", q.put)
+    monkeypatch.setattr(enqueue, "after_commit", q.put)
     return q
 
 

@@ -70,6 +70,8 @@ class FakeEngine:
     def ready(self) -> bool:
         return True
 
+    not_ready_reason: str | None = None
+
     @staticmethod
     def answer(request: EngineRequest) -> str:
         if request.messages:

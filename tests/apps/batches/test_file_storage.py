@@ -12,8 +12,8 @@ from apps.batches.files import file_create, output_file_create
 from apps.batches.models import BatchFile, BatchFilePart
 from apps.batches.storage import PART_BYTES, content_chunks, content_lines
 from apps.batches.validation import validate_input
+from apps.core.errors import RequestTooLargeError
 from apps.slo.selectors import contract_for
-from laser_platform.errors import RequestTooLargeError
 from tests.apps.batches.conftest import chat_line, jsonl
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +55,7 @@ def test_lines_that_straddle_parts_validate_like_the_whole_file(cold, upload):
     assert list(content_lines(stored.pk)) == data.split(b"\n")
     contract = contract_for(tenant=cold.tenant, tier="cold")
     result = validate_input(content_lines(stored.pk), endpoint="/v1/chat/completions",
-                            tenant=cold.tenant, api_key=cold.key, contract=contract)
+                            tenant=cold.tenant, contract=contract)
     assert result.ok and len(result.lines) == data.count(b"\n")
 
 

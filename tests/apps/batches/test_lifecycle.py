@@ -207,7 +207,7 @@ def _run_and_close(runner: ChunkRunner) -> None:
 def test_cancel_of_a_finished_batch_is_refused(cold, upload, queue, engine):
     batch = _create(cold, upload, [chat_line("a", "x")])
     queue.drain()
-    from laser_platform.errors import BadRequestError
+    from apps.core.errors import BadRequestError
 
     with pytest.raises(BadRequestError):
         services.batch_cancel(tenant=cold.tenant, batch_id=batch.uid)

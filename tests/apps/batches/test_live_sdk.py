@@ -70,11 +70,11 @@ def _lines(client, file_id):
 def _direct(tenant, rows):
     """The same greedy requests, straight into a fresh in-process engine."""
     from apps.batches.rendering import response_body
-    from apps.gateway.engine import build_async_engine, complete_sync
+    from apps.gateway.engine_client import build_async_engine, complete_sync
     from apps.gateway.params import parse_chat_request
     from apps.slo.selectors import contract_for
 
-    owner, key, _ = tenant
+    owner, _, _ = tenant
     contract = contract_for(tenant=owner, tier="cold")
     engine = build_async_engine()
     engine.start()
@@ -83,7 +83,7 @@ def _direct(tenant, rows):
         for row in rows:
             # the batch's own deadline, not the tenant's short per-request one: the laser
             # policy refuses cold work it estimates late, and this call compares outputs only
-            parsed = parse_chat_request(row["body"], tenant=owner, api_key=key,
+            parsed = parse_chat_request(row["body"], tenant=owner,
                                         contract=contract, request_id=f"direct-{row['custom_id']}",
                                         deadline=time.time() + 3600)
             bodies[row["custom_id"]] = response_body(

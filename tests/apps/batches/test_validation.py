@@ -6,8 +6,8 @@ import pytest
 
 from apps.batches.validation import validate_input
 from apps.batches.windows import parse_window, window_deadline_s
+from apps.core.errors import BadRequestError
 from apps.slo.selectors import contract_for
-from laser_platform.errors import BadRequestError
 from tests.apps.batches.conftest import chat_line, jsonl
 
 pytestmark = pytest.mark.django_db
@@ -16,8 +16,7 @@ CHAT = "/v1/chat/completions"
 
 def _validate(cold, rows, endpoint=CHAT):
     contract = contract_for(tenant=cold.tenant, tier="cold")
-    return validate_input(jsonl(rows), endpoint=endpoint, tenant=cold.tenant, api_key=cold.key,
-                          contract=contract)
+    return validate_input(jsonl(rows), endpoint=endpoint, tenant=cold.tenant, contract=contract)
 
 
 def test_good_file_yields_every_line_in_order(cold):
@@ -82,8 +81,7 @@ def test_line_limit_and_empty_file(cold, settings):
 
 def test_not_utf8_is_a_file_error(cold):
     contract = contract_for(tenant=cold.tenant, tier="cold")
-    result = validate_input(b"\xff\xfe", endpoint=CHAT, tenant=cold.tenant, api_key=cold.key,
-                            contract=contract)
+    result = validate_input(b"\xff\xfe", endpoint=CHAT, tenant=cold.tenant, contract=contract)
     assert [e["code"] for e in result.errors] == ["invalid_file"]
 
 

@@ -1,4 +1,4 @@
-"""Child process for test_serve.py: the real runner with a recording component.
+"""Child process for test_serve.py: the real server (core/server.py) with a recording component.
 
 Usage: python serve_probe.py LOGFILE. Prints the URL once listening; every lifecycle event of
 the probe component is appended to LOGFILE.
@@ -16,7 +16,7 @@ def main(log_path: str) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "laser_platform.settings")
     django.setup()
     from apps.core.lifecycle import is_draining, register_component
-    from apps.core.runner import serve
+    from apps.core.server import serve
 
     def record(event: str) -> None:
         with open(log_path, "a") as log:

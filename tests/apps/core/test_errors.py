@@ -7,7 +7,7 @@ from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.test import APIClient, APIRequestFactory
 
-from laser_platform import errors
+from apps.core import errors
 
 SHAPE = {"message", "type", "param", "code"}
 

@@ -73,7 +73,7 @@ def test_exceptions_django_answers_with_a_4xx_are_left_to_it(exception):
     from django.http import Http404
     from django.test import RequestFactory
 
-    from laser_platform.middleware import RequestIdMiddleware
+    from apps.core.middleware import RequestIdMiddleware
 
     exc = Http404() if exception == "Http404" else getattr(exceptions, exception)()
     middleware = RequestIdMiddleware(lambda request: None)

@@ -93,7 +93,7 @@ def _tiny_engine(tiny_model_path: Any) -> Any:
 
 
 def _installed(engine: Any) -> Any:
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
 
     old = set_engine_client(engine)
     yield engine

@@ -58,6 +58,7 @@ class FakeEngine:
         self.requests: list[EngineRequest] = []
         self.waiting = 0
         self.ready = True
+        self.not_ready_reason: str | None = None
 
     def start(self) -> None:
         pass

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
+from apps.core.errors import APIError
 from apps.gateway import admission, ratelimit
 from apps.gateway.admission import aadmit, aresolve_tier, resolve_tier
 from apps.gateway.ratelimit import ADMITTED, LIMITED, QUOTA, Ask, Limits
 from inference.engine.stats import EngineStats
-from laser_platform.errors import APIError
 
 pytestmark = pytest.mark.django_db
 
@@ -32,8 +32,11 @@ def test_a_tier_without_contract_is_400_on_service_tier(contracted):
     with pytest.raises(APIError) as info:
         resolve_tier("flex", "hot", tenant)
     assert (info.value.status, info.value.param) == (400, "service_tier")
-    with pytest.raises(APIError):
-        resolve_tier("nonsense", "hot", tenant)
+    for asked in ("nonsense", "scale", 3, ["hot"]):  # the one check of the parameter
+        with pytest.raises(APIError) as info:
+            resolve_tier(asked, "hot", tenant)
+        assert (info.value.status, info.value.param, info.value.code) == (
+            400, "service_tier", "invalid_value")
 
 
 @pytest.fixture(params=["memory", "redis"])

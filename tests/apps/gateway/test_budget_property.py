@@ -12,9 +12,9 @@ from asgiref.sync import async_to_sync
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apps.core.errors import APIError
 from apps.gateway import ratelimit
 from apps.gateway.serving import CHAT, Caller, serve
-from laser_platform.errors import APIError
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(300)]
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from apps.gateway import engine
+from apps.gateway import engine_client
 from inference.errors import EngineOverloaded
 from inference.request import EngineRequest, SamplingParams, Tier
 from tests.apps.gateway.fakes import FakeEngine
@@ -19,7 +19,7 @@ def _req(**sampling) -> EngineRequest:
 
 def test_complete_sync_collects_choices_usage_and_tier_changes():
     fake = FakeEngine(demote_at=1)
-    result = engine.complete_sync(_req(n=2, logprobs=True), fake)
+    result = engine_client.complete_sync(_req(n=2, logprobs=True), fake)
     assert [c.text for c in result.choices] == ["Hello world!"] * 2
     assert result.finish_reasons == ["stop", "stop"]
     assert (result.prompt_tokens, result.completion_tokens) == (5, 6)
@@ -32,7 +32,7 @@ def test_complete_sync_collects_choices_usage_and_tier_changes():
 @pytest.mark.asyncio
 async def test_cancelling_complete_aborts_the_request():
     fake = FakeEngine(words=["a"] * 50, delay=0.01)
-    task = asyncio.create_task(engine.complete(_req(), fake))
+    task = asyncio.create_task(engine_client.complete(_req(), fake))
     await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -44,16 +44,16 @@ async def test_cancelling_complete_aborts_the_request():
 async def test_errors_before_work_raise_from_open_stream():
     fake = FakeEngine(fail_before=EngineOverloaded("full", tier="hot", retry_after_s=2))
     with pytest.raises(EngineOverloaded):
-        await engine.open_stream(_req(), fake)
+        await engine_client.open_stream(_req(), fake)
 
 
 def test_set_engine_client_swaps_the_singleton():
     fake = FakeEngine()
-    old = engine.set_engine_client(fake)
+    old = engine_client.set_engine_client(fake)
     try:
-        assert engine.get_engine_client() is fake
+        assert engine_client.get_engine_client() is fake
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -66,8 +66,8 @@ async def test_prompts_are_tokenised_off_the_loop_after_a_byte_check(tiny_engine
 
     from asgiref.sync import sync_to_async
 
+    from apps.core.errors import APIError
     from apps.gateway.serving import CHAT, Caller, serve
-    from laser_platform.errors import APIError
 
     threads: list[int] = []
     real = tiny_engine.engine.encode

@@ -8,7 +8,7 @@ import importlib
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from apps.gateway.engine import engine_config
+from apps.gateway.engine_client import engine_config
 from inference.engine import config as engine_module
 from inference.engine.config import EngineConfig
 from inference.scheduler import POLICIES

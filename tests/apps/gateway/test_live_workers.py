@@ -23,7 +23,7 @@ TIMING = {"LASER_ENGINE_HEARTBEAT_S": "0.2", "LASER_ENGINE_WORKER_TTL_S": "1.0"}
 @pytest.fixture
 def workers(settings, tiny_model_path, tmp_path):
     """Workers ``wa`` and ``wb``; the process's engine client is a ``RemoteEngineClient``."""
-    from apps.gateway.engine import set_engine_client
+    from apps.gateway.engine_client import set_engine_client
     from apps.gateway.remote import registry
     from apps.gateway.remote.client import RemoteEngineClient
 

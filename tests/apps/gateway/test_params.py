@@ -6,13 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from apps.core.errors import APIError
 from apps.gateway.params import parse_chat_request, parse_completion_request
 from inference.request import ContractTargets, Tier
-from laser_platform.errors import APIError
 
 MODEL = "smollm2-135m-instruct"
 TENANT = SimpleNamespace(pk=7)
-KEY = SimpleNamespace(pk=3, default_tier="hot")
 
 
 def contract(tier: str = "hot") -> SimpleNamespace:
@@ -21,12 +20,12 @@ def contract(tier: str = "hot") -> SimpleNamespace:
 
 def chat(**body):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body}
-    return parse_chat_request(body, tenant=TENANT, api_key=KEY, contract=contract())
+    return parse_chat_request(body, tenant=TENANT, contract=contract())
 
 
 def completion(**body):
     body = {"model": MODEL, "prompt": "Once upon", **body}
-    return parse_completion_request(body, tenant=TENANT, api_key=KEY, contract=contract("warm"))
+    return parse_completion_request(body, tenant=TENANT, contract=contract("warm"))
 
 
 def test_chat_fields_reach_the_engine_request():
@@ -43,7 +42,7 @@ def test_chat_fields_reach_the_engine_request():
     assert req.tier is Tier.HOT and req.tenant_id == "7" and req.cache_salt == "7"
     assert req.targets.ttft_p99_s == 0.3
     assert parsed.stream and parsed.include_usage and parsed.user == "u1"
-    assert parsed.service_tier == "priority" and parsed.request_id.startswith("chatcmpl-")
+    assert parsed.request_id.startswith("chatcmpl-")
 
 
 def test_text_parts_and_developer_role_are_flattened():
@@ -89,7 +88,6 @@ def test_completion_prompt_forms_and_logprobs():
     ({"stream": "true"}, "stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
-    ({"service_tier": "scale"}, "service_tier"),
     ({"user": 5}, "user"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
@@ -158,5 +156,5 @@ def test_unknown_model_is_404_model_not_found():
 
 def test_non_object_body_is_refused():
     with pytest.raises(APIError) as info:
-        parse_chat_request([1, 2], tenant=TENANT, api_key=KEY, contract=contract())
+        parse_chat_request([1, 2], tenant=TENANT, contract=contract())
     assert info.value.status == 400

@@ -102,7 +102,7 @@ def _req(rid: str, session: str | None = None) -> EngineRequest:
 @pytest.mark.redis
 @pytest.mark.asyncio
 async def test_remote_client_streams_and_a_dead_worker_interrupts(engine_redis):
-    from apps.gateway.engine import complete
+    from apps.gateway.engine_client import complete
     from apps.gateway.remote.client import RemoteEngineClient
 
     slow_a = AsyncFake(words=["a"] * 40, delay=0.05)

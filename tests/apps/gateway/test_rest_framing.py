@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from apps.gateway import engine
+from apps.gateway import engine_client
 from inference.errors import EngineOverloaded, PromptTooLong
 from tests.apps.gateway.fakes import FakeEngine
 
@@ -23,9 +23,9 @@ MODEL = "smollm2-135m-instruct"
 @pytest.fixture
 def fake():
     fake = FakeEngine()
-    old = engine.set_engine_client(fake)
+    old = engine_client.set_engine_client(fake)
     yield fake
-    engine.set_engine_client(old)
+    engine_client.set_engine_client(old)
 
 
 @pytest.fixture
@@ -87,12 +87,12 @@ async def test_sse_frames_usage_chunk_and_done(fake, key):
 
 
 async def test_demotion_mid_stream_is_a_comment_and_a_tier_change(key):
-    old = engine.set_engine_client(FakeEngine(demote_at=1))
+    old = engine_client.set_engine_client(FakeEngine(demote_at=1))
     try:
         response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
         blocks = await _sse(response)
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
     assert blocks[1].startswith(": tier_changed from=hot to=warm reason=hot pressure")
     tiers = [json.loads(b[6:])["service_tier"] for b in blocks if b.startswith("data: {")]
     assert tiers == ["priority", "default", "default"]
@@ -102,22 +102,22 @@ async def test_demotion_mid_stream_is_a_comment_and_a_tier_change(key):
 
 @pytest.mark.parametrize("demote_at, header", [(0, "warm"), (1, "hot"), (None, "hot")])
 async def test_a_hot_streams_header_is_the_tier_of_its_first_delta(key, demote_at, header):
-    old = engine.set_engine_client(FakeEngine(demote_at=demote_at))
+    old = engine_client.set_engine_client(FakeEngine(demote_at=demote_at))
     try:
         response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
         blocks = await _sse(response)
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
     assert response["X-Laser-Tier"] == header and blocks[-1] == "data: [DONE]"
     assert any(b.startswith(": tier_changed") for b in blocks) == (demote_at is not None)
 
 
 async def test_a_hot_stream_failing_before_its_first_delta_is_a_status(key):
-    old = engine.set_engine_client(FakeEngine(fail_at=0))
+    old = engine_client.set_engine_client(FakeEngine(fail_at=0))
     try:
         response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=True), key)
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
     # the engine's error as a whole response gets it (an overload would be 503 + Retry-After)
     assert (response.status_code, response.json()["error"]["code"]) == (500, "engine_error")
     [record] = await _records()
@@ -125,13 +125,13 @@ async def test_a_hot_stream_failing_before_its_first_delta_is_a_status(key):
 
 
 async def test_error_after_stream_started_is_error_frame_then_done(key):
-    old = engine.set_engine_client(FakeEngine(fail_at=2))
+    old = engine_client.set_engine_client(FakeEngine(fail_at=2))
     try:
         response = await _post(AsyncClient(), "/v1/completions",
                                {"model": MODEL, "prompt": "x", "stream": True}, key)
         blocks = await _sse(response)
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
     assert response.status_code == 200 and blocks[-1] == "data: [DONE]"
     error = json.loads(blocks[-2][6:])["error"]
     assert error["type"] == "server_error" and error["message"]
@@ -142,14 +142,15 @@ async def test_error_after_stream_started_is_error_frame_then_done(key):
 
 async def test_engine_refusals_map_to_503_and_400(key):
     client = AsyncClient()
-    old = engine.set_engine_client(FakeEngine(
+    old = engine_client.set_engine_client(FakeEngine(
         fail_before=EngineOverloaded("full", tier="hot", retry_after_s=3)))
     try:
         r503 = await _post(client, "/v1/chat/completions", _chat(), key)
-        engine.set_engine_client(FakeEngine(fail_before=PromptTooLong("messages", 3000, 10, 2048)))
+        too_long = PromptTooLong("messages", 3000, 10, 2048)
+        engine_client.set_engine_client(FakeEngine(fail_before=too_long))
         r400 = await _post(client, "/v1/chat/completions", _chat(max_tokens=10), key)
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
     assert r503.status_code == 503 and r503["Retry-After"] == "3"
     assert r400.status_code == 400 and r400.json()["error"]["param"] == "messages"
     assert r400.json()["error"]["code"] == "context_length_exceeded"

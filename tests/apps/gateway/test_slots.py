@@ -11,9 +11,9 @@ from django.conf import settings
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from apps.core.errors import APIError
 from apps.gateway.slots import Caller, Caps, Slots, caller_check, caps_for
 from apps.tenants.models import Tenant
-from laser_platform.errors import APIError
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from apps.gateway import engine
+from apps.gateway import engine_client
 from apps.gateway.consumers import ChatConsumer
 from tests.apps.gateway.fakes import FakeEngine
 
@@ -23,9 +23,9 @@ def key(contracted):
 @pytest.fixture
 def fake():
     fake = FakeEngine()
-    old = engine.set_engine_client(fake)
+    old = engine_client.set_engine_client(fake)
     yield fake
-    engine.set_engine_client(old)
+    engine_client.set_engine_client(old)
 
 
 def _socket(key: str | None = None, app=None, **kwargs) -> WebsocketCommunicator:
@@ -94,7 +94,7 @@ async def test_auth_timeout_closes_4401(fake, settings):
 
 
 async def test_tier_change_and_errors_are_messages(key):
-    old = engine.set_engine_client(FakeEngine(demote_at=1))
+    old = engine_client.set_engine_client(FakeEngine(demote_at=1))
     try:
         ws = _socket(key)
         await ws.connect()
@@ -111,7 +111,7 @@ async def test_tier_change_and_errors_are_messages(key):
         assert error["type"] == "error" and error["error"]["param"] == "temperature"
         await ws.disconnect()
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
 
 
 class _StuckReader(ChatConsumer):
@@ -124,7 +124,7 @@ class _StuckReader(ChatConsumer):
 async def test_slow_reader_is_closed_4008_and_request_aborted(key, settings):
     settings.LASER_WS_SEND_QUEUE = 4
     slow = FakeEngine(words=["w"] * 200, delay=0.002)
-    old = engine.set_engine_client(slow)
+    old = engine_client.set_engine_client(slow)
     try:
         ws = _socket(key, app=_StuckReader.as_asgi())
         await ws.connect()
@@ -137,7 +137,7 @@ async def test_slow_reader_is_closed_4008_and_request_aborted(key, settings):
             await asyncio.sleep(0.01)
         assert slow.aborted == [slow.requests[0].request_id]
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
 
 
 async def test_foreign_origin_is_rejected(fake, key):

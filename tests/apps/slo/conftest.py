@@ -22,7 +22,7 @@ def _manual_flush(settings: Any) -> None:
 @pytest.fixture
 def make_report() -> Callable[..., Any]:
     """``make_report(tenant, at=seconds after T0, ttft=..., tier="hot", **fields)``."""
-    from apps.slo.reporting import RequestReport
+    from apps.slo.report_types import RequestReport
 
     def make(
         tenant: Any,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from apps.slo.reporting import RequestReport
+from apps.slo.report_types import RequestReport
 from apps.slo.selectors import contract_for
 from apps.slo.services import BatchReport, flush_reports, report_batch, report_request
 
@@ -99,7 +99,7 @@ def _hot_requests(page) -> int:
 def test_dashboard_live_in_chromium(live_server, tenant_factory, user_factory, api_key_factory,
                                     settings):
     sync_playwright = _browser_or_skip()
-    from apps.gateway.engine import stop_engine_client
+    from apps.gateway.engine_client import stop_engine_client
     from apps.slo.services import contracts_ensure_defaults
 
     settings.LASER_SLO_AUTOFLUSH = False

@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from apps.gateway import metrics as engine_metrics
 from apps.slo import metrics
 from apps.slo.services import contract_create, flush_reports, report_request
 from inference.engine.stats import EngineStats
@@ -64,7 +65,7 @@ def test_engine_gauges_come_from_the_engine_client(monkeypatch, settings):
     settings.LASER_METRICS_TOKEN = "t"
     stats = {"running": {"hot": 2, "warm": 1, "cold": 0}, "waiting": {"hot": 0, "cold": 5},
              "kv_usage": 0.25, "num_preemptions": 3, "tokens_per_s": 12.5, "ready": True}
-    monkeypatch.setattr(metrics, "engine_stats", lambda: stats)
+    monkeypatch.setattr(engine_metrics, "engine_stats", lambda: stats)
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
     assert _sample(text, "laser_engine_running", tier="hot") == 2
     assert _sample(text, "laser_engine_waiting", tier="cold") == 5
@@ -74,7 +75,7 @@ def test_engine_gauges_come_from_the_engine_client(monkeypatch, settings):
 
 
 def test_no_engine_in_this_process_means_not_ready(settings, monkeypatch):
-    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: None)
+    monkeypatch.setattr("apps.gateway.metrics.current_engine_client", lambda: None)
     settings.LASER_METRICS_TOKEN = "t"
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t").content.decode()
     assert _sample(text, "laser_engine_ready") == 0
@@ -85,6 +86,7 @@ class _RemoteStub:
     """The part of an ``EngineClient`` the metrics read: ``ready`` and ``stats_now()``."""
 
     ready = True
+    not_ready_reason = None
 
     def __init__(self, stats: dict) -> None:
         self._stats, self.calls = stats, 0
@@ -103,14 +105,15 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
     # The first ASGI request imports this module while resolving its URL, on the server's loop:
     # registering there must not scrape (ORM: SynchronousOnlyOperation; AsyncToSync: RuntimeError).
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: stub)
+    monkeypatch.setattr("apps.gateway.metrics.current_engine_client", lambda: stub)
     registry = CollectorRegistry(auto_describe=True)
-    with caplog.at_level(logging.DEBUG, logger="apps.slo.metrics"):
-        registry.register(metrics._ScrapeCollector())
+    with caplog.at_level(logging.DEBUG):
+        registry.register(engine_metrics.EngineCollector())
+        registry.register(metrics._AttainmentCollector())
     assert stub.calls == 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     with pytest.raises(ValueError, match="Duplicated"):  # describe() still names the families
-        registry.register(metrics._ScrapeCollector())
+        registry.register(engine_metrics.EngineCollector())
 
 
 @pytest.mark.asyncio
@@ -118,7 +121,7 @@ async def test_registering_the_collector_reads_nothing_on_the_event_loop(monkeyp
 async def test_metrics_over_asgi_with_a_remote_engine_log_no_error(monkeypatch, settings, caplog):
     settings.LASER_METRICS_TOKEN = "t"
     stub = _RemoteStub(_STATS)
-    monkeypatch.setattr("apps.gateway.serving.current_engine_client", lambda: stub)
+    monkeypatch.setattr("apps.gateway.metrics.current_engine_client", lambda: stub)
     with caplog.at_level(logging.WARNING):
         response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer t"})
     assert response.status_code == 200

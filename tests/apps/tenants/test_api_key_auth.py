@@ -9,11 +9,11 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.core.errors import AuthenticationError
 from apps.tenants import keys
 from apps.tenants.models import ApiKey
 from apps.tenants.selectors import api_key_resolve, key_from_headers
 from apps.tenants.services import api_key_mark_used, api_key_revoke
-from laser_platform.errors import AuthenticationError
 
 pytestmark = pytest.mark.django_db
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
+from apps.core.errors import AuthenticationError
 from apps.tenants.authentication import ApiPrincipal
 from apps.tenants.selectors import aapi_key_resolve, tenant_for_user, user_is_tenant_admin
 from apps.tenants.services import api_key_create, member_add
-from laser_platform.errors import AuthenticationError
 
 
 @pytest.mark.django_db

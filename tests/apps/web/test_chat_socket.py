@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from apps.gateway import engine
+from apps.gateway import engine_client
 from tests.apps.gateway.fakes import FakeEngine
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -18,9 +18,9 @@ ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 @pytest.fixture
 def fake():
     fake = FakeEngine()
-    old = engine.set_engine_client(fake)
+    old = engine_client.set_engine_client(fake)
     yield fake
-    engine.set_engine_client(old)
+    engine_client.set_engine_client(old)
 
 
 def _socket(cookie: bytes | None = None, origin=ORIGIN) -> WebsocketCommunicator:
@@ -112,7 +112,7 @@ async def test_an_uncontracted_tier_and_bad_input_are_clear_errors(world_sync, f
 
 async def test_stop_ends_the_answer_and_a_demotion_is_announced(world_sync):
     slow = FakeEngine(words=("a",) * 50, delay=0.02)
-    old = engine.set_engine_client(slow)
+    old = engine_client.set_engine_client(slow)
     try:
         ws = _socket(world_sync.member_cookie)
         await ws.connect()
@@ -121,7 +121,7 @@ async def test_stop_ends_the_answer_and_a_demotion_is_announced(world_sync):
         assert (await ws.receive_json_from())["type"] == "delta"
         await ws.send_json_to({"type": "stop"})
         assert (await _until(ws, "stopped"))[-1]["type"] == "stopped"
-        engine.set_engine_client(FakeEngine(demote_at=1))
+        engine_client.set_engine_client(FakeEngine(demote_at=1))
         await ws.send_json_to({"type": "chat", "content": "again"})
         messages = await _until(ws, "done")
         change = next(m for m in messages if m["type"] == "tier_changed")
@@ -129,7 +129,7 @@ async def test_stop_ends_the_answer_and_a_demotion_is_announced(world_sync):
         assert messages[-1]["tier"] == "warm"
         await ws.disconnect()
     finally:
-        engine.set_engine_client(old)
+        engine_client.set_engine_client(old)
 
 
 async def test_a_member_removed_mid_conversation_is_signed_out(world_sync, fake):

@@ -1,4 +1,4 @@
-"""``manage.py serve [--host] [--port]``: the one-process Laser server (see apps/core/runner.py).
+"""``manage.py serve [--host] [--port]``: the one-process Laser server (see apps/core/server.py).
 
 manage.py switches ``LASER_EMBEDDED`` on for this command so that apps register their
 components; with ``LASER_EMBEDDED=0`` it is a plain web front end (production web process).
@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.core.lifecycle import lifecycle
-from apps.core.runner import serve
+from apps.core.server import serve
 
 
 class Command(BaseCommand):

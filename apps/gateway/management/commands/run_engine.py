@@ -20,7 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.LASER_ENGINE_REDIS_URL:
             raise CommandError("run_engine needs Redis: set REDIS_URL (or LASER_ENGINE_REDIS_URL).")
-        from apps.gateway.engine import build_async_engine
+        from apps.gateway.engine_client import build_async_engine
         from apps.gateway.remote.worker import EngineWorker
 
         engine = build_async_engine()

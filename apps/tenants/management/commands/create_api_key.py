@@ -12,7 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from apps.tenants.models import Tenant, Tier
+from apps.core.tiers import TIERS, Tier
+from apps.tenants.models import Tenant
 from apps.tenants.services import api_key_create
 
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, metavar="SLUG")
         parser.add_argument("--name", default="")
-        parser.add_argument("--tier", choices=Tier.values, default=Tier.HOT)
+        parser.add_argument("--tier", choices=[tier.value for tier in TIERS], default=Tier.HOT)
         parser.add_argument("--expires-days", type=_positive_int, default=None, metavar="N")
 
     def handle(self, *args: Any, **options: Any) -> None:

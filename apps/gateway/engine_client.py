@@ -1,4 +1,5 @@
-"""The web side's one handle on the engine: ``get_engine_client()``, ``stream()``, ``complete()``.
+"""The process's one engine client (a registry, not an engine): ``get_engine_client()``,
+``open_stream()``, ``complete()``.
 
 ``LASER_ENGINE_MODE=embedded`` (default): an in-process ``AsyncEngine`` singleton whose step loop
 runs on a thread of this process; ``manage.py serve`` starts and stops it through

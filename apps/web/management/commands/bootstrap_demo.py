@@ -17,11 +17,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from apps.core.errors import APIError
 from apps.slo.services import contracts_ensure_defaults
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import api_key_resolve
 from apps.tenants.services import api_key_create, tenant_create
-from laser_platform.errors import APIError
 
 DEMO_SLUG = "demo"
 ADMIN_USERNAME = "admin"

@@ -20,6 +20,8 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
+from apps.core.request_id import HEADER, request_id_for
+
 logger = logging.getLogger(__name__)
 
 API_PATH_PREFIXES = ("/v1/", "/api/")
@@ -252,12 +254,10 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
 
 def handler500(request: HttpRequest) -> HttpResponse:
     if _is_api_request(request):
-        from laser_platform.middleware import request_id_for
-
         rid = request_id_for(request)
         message = ("The server had an error processing your request. If it persists, report "
                    f"the request ID {rid}.")
-        return json_error_response(ServerError(message, headers={"X-Request-Id": rid}))
+        return json_error_response(ServerError(message, headers={HEADER: rid}))
     from django.views.defaults import server_error
 
     return server_error(request)

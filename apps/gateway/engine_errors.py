@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apps.core.errors import APIError, EngineOverloadedError, ServerError
 from inference.errors import (
     AdmissionRefused,
     EngineError,
@@ -9,7 +10,6 @@ from inference.errors import (
     EngineUnavailable,
     InvalidParameter,
 )
-from laser_platform.errors import APIError, EngineOverloadedError, ServerError
 
 
 class AbortedByServer(APIError):

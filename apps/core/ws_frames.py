@@ -15,8 +15,8 @@ from typing import Any
 
 from django.conf import settings
 
-from laser_platform.errors import BadRequestError, RequestTooLargeError
-from laser_platform.jsonbody import JSONTooDeep, _refuse_constant, loads_bounded
+from apps.core.errors import BadRequestError, RequestTooLargeError
+from apps.core.jsonbody import JSONTooDeep, _refuse_constant, loads_bounded
 
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 CLOSE_INTERNAL_ERROR = 1011  # RFC 6455: the server's own fault (logged with its traceback)

@@ -10,28 +10,28 @@ from django.conf import settings
 
 
 def _start() -> None:
-    from apps.gateway.engine import get_engine_client
+    from apps.gateway.engine_client import get_engine_client
 
     get_engine_client(start=True)
 
 
 def _stop() -> None:
-    from apps.gateway.engine import stop_engine_client
+    from apps.gateway.engine_client import stop_engine_client
 
     stop_engine_client()
 
 
 def _ready() -> bool:
-    from apps.gateway.engine import get_engine_client
+    from apps.gateway.engine_client import get_engine_client
 
     return get_engine_client(start=False).ready
 
 
 def _reason() -> str | None:
     """Why the engine is not ready, when it says (a failed step loop waiting to restart)."""
-    from apps.gateway.engine import get_engine_client
+    from apps.gateway.engine_client import get_engine_client
 
-    return getattr(get_engine_client(start=False), "not_ready_reason", None)
+    return get_engine_client(start=False).not_ready_reason
 
 
 def install() -> None:

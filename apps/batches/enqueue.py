@@ -1,5 +1,7 @@
 """Enqueueing batch tasks. Services call these instead of importing the task module, and always
 after commit (``after_commit``), so a worker never races the transaction that made the work.
+Tasks are sent by their registered names (``tasks.py``), so producers never import the workers'
+code (which imports the services: a cycle).
 
 A failed enqueue (broker down) is logged, not raised: the periodic sweep (``tasks.sweep``, once a
 batch has seen no task for ``LASER_BATCH_STALL_S``) and the resume at an embedded start
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from celery import current_app
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -27,19 +30,17 @@ def _safely(send: Callable[..., None], *args: int) -> None:
         logger.exception("could not enqueue %s%r; the sweep will retry", send.__name__, args)
 
 
-def validate(batch_id: int) -> None:
-    from apps.batches.tasks import validate_batch
+def _send(task: str, *args: int) -> None:
+    current_app.signature(task, args=args, options={"ignore_result": True}).delay()
 
-    validate_batch.delay(batch_id)
+
+def validate(batch_id: int) -> None:
+    _send("batches.validate", batch_id)
 
 
 def chunk(batch_id: int, first: int, last: int) -> None:
-    from apps.batches.tasks import run_chunk
-
-    run_chunk.delay(batch_id, first, last)
+    _send("batches.chunk", batch_id, first, last)
 
 
 def finalize(batch_id: int) -> None:
-    from apps.batches.tasks import finalize_batch
-
-    finalize_batch.delay(batch_id)
+    _send("batches.finalize", batch_id)

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.conf import settings
 
-from laser_platform.errors import API_PATH_PREFIXES, RequestTooLargeError
+from apps.core.errors import API_PATH_PREFIXES, RequestTooLargeError
 
 logger = logging.getLogger(__name__)
 

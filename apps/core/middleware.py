@@ -14,8 +14,6 @@ happen while a streaming body is sent never reach it; those paths log on their o
 from __future__ import annotations
 
 import logging
-import re
-import uuid
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -23,22 +21,13 @@ from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOpera
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 
+from apps.core.errors import handler500
+from apps.core.request_id import HEADER, request_id_for
+
 logger = logging.getLogger("laser.errors")
 
-HEADER = "X-Request-Id"
 # Django answers these itself with a 400, 403 or 404: not a fault of ours.
 CLIENT_FAULTS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
-_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-def request_id_for(request: HttpRequest) -> str:
-    """The request's id, assigned on first use."""
-    rid = getattr(request, "request_id", None)
-    if rid is None:
-        given = request.headers.get(HEADER, "")
-        rid = given if _CLIENT_ID.match(given) else f"req_{uuid.uuid4().hex}"
-        request.request_id = rid  # type: ignore[attr-defined]
-    return rid
 
 
 class RequestIdMiddleware:
@@ -74,6 +63,4 @@ class RequestIdMiddleware:
         rid = request_id_for(request)
         logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
                      request.method, request.path, rid, exc_info=exception)
-        from laser_platform.errors import handler500
-
         return handler500(request)

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.core.errors import APIError
 from apps.gateway.collect import Completion
-from laser_platform.errors import APIError
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework.parsers import JSONParser
 
-from laser_platform.errors import BadRequestError, RequestTooLargeError
+from apps.core.errors import BadRequestError, RequestTooLargeError
 
 
 class JSONTooDeep(ValueError):
