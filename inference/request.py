@@ -208,7 +208,9 @@ class Delta:
     """New output of one choice of a request since its previous delta.
 
     ``token_times`` holds one ``time.time()`` stamp per token in ``token_ids``. ``finish_reason``
-    is set on a choice's last delta: ``stop``, ``length`` or ``abort``.
+    is set on a choice's last delta: ``stop``, ``length`` or ``abort``. ``refusal`` (with
+    ``abort``) says why the engine refused a request it had admitted (overload: demoted, then
+    past warm's bound) rather than ending it for another cause.
     """
 
     request_id: str
@@ -224,3 +226,4 @@ class Delta:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    refusal: str | None = None

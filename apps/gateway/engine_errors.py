@@ -21,6 +21,20 @@ class AbortedByServer(APIError):
         super().__init__("The request was aborted by the server.", headers={"Retry-After": "1"})
 
 
+class RefusedByServer(EngineOverloadedError):
+    """The engine refused a request it had admitted, before its first token (overload: it was
+    demoted, then waited past warm's bound): a refusal, booked as ``rejected_503``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"The engine is saturated ({reason}); retry shortly.", retry_after=2.0)
+
+
+def ended_early(refusal: str | None) -> APIError:
+    """The error for a choice the engine ended with ``abort``: ``RefusedByServer`` when the
+    engine refused it (``refusal`` says why), else ``AbortedByServer``."""
+    return AbortedByServer() if refusal is None else RefusedByServer(refusal)
+
+
 def api_error(exc: BaseException, *, max_tokens_param: str = "max_tokens") -> APIError:
     """``APIError`` for any exception: engine errors mapped, anything else a 500."""
     if isinstance(exc, APIError):

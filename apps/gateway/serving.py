@@ -50,7 +50,7 @@ from apps.gateway.engine_client import (
     set_engine_client,
     stop_engine_client,
 )
-from apps.gateway.engine_errors import AbortedByServer, api_error
+from apps.gateway.engine_errors import AbortedByServer, api_error, ended_early
 from apps.gateway.params import (
     CHAT,
     COMPLETIONS,
@@ -144,7 +144,7 @@ class Served:
         try:
             async for delta in self.deltas():
                 if delta.finish_reason == "abort":
-                    raise AbortedByServer()
+                    raise ended_early(delta.refusal)
                 if on_delta is not None:
                     on_delta(delta)
         except asyncio.CancelledError:

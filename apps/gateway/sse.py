@@ -15,9 +15,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from apps.gateway.engine_errors import AbortedByServer, api_error
+from apps.gateway.engine_errors import AbortedByServer, RefusedByServer, api_error, ended_early
 from apps.gateway.responses import ChunkMaker
-from apps.gateway.trace import CANCELLED, INTERRUPTED, OK, error_code
+from apps.gateway.trace import CANCELLED, INTERRUPTED, OK, error_code, outcome_for_error
 from inference.request import TierChange
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ async def events(served: Served) -> AsyncIterator[bytes]:
             if delta.tier_change is not None:
                 yield tier_comment(delta.tier_change)
             if delta.finish_reason == "abort":
-                raise AbortedByServer()
+                raise ended_early(delta.refusal)
             yield frame(maker.delta(delta))
         if parsed.include_usage:
             yield frame(maker.usage_chunk(collector.result))
@@ -60,7 +60,9 @@ async def events(served: Served) -> AsyncIterator[bytes]:
         raise
     except Exception as exc:
         mapped = api_error(exc)
-        outcome, code = INTERRUPTED, error_code(mapped)
+        refused = isinstance(exc, RefusedByServer) and not served.started  # not interrupted
+        outcome = outcome_for_error(mapped) if refused else INTERRUPTED
+        code = error_code(mapped)
         if not isinstance(exc, AbortedByServer):
             logger.warning("stream %s interrupted: %s", parsed.request_id, exc)
         yield frame(mapped.body())

@@ -288,11 +288,12 @@ class LLMEngine:
 
     def _refusals(self, plan: StepPlan) -> list[Delta]:
         deltas = []
-        for seq_id, _reason in plan.refused:
+        for seq_id, reason in plan.refused:
             entry = self._choices.get(seq_id)
             if entry is not None and not entry[1].done:
                 state, choice = entry
-                deltas.append(empty_delta(state, choice, finish_reason="abort"))
+                deltas.append(replace(empty_delta(state, choice, finish_reason="abort"),
+                                      refusal=reason))
                 if state.done:
                     self._forget(state)
         return deltas

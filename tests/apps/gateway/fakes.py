@@ -44,14 +44,16 @@ class FakeStream:
 class FakeEngine:
     """Emits ``words`` as one delta each per choice; optionally demotes or fails part-way.
 
-    ``abort`` records ids; ``fail_before`` raises from ``generate`` before any delta, like the
+    ``abort`` records ids; ``refuse_at`` ends the request there with the engine's refusal
+    (``abort`` + ``refusal``, no text: overload after a demotion); ``fail_before`` raises from ``generate`` before any delta, like the
     real engine's admission and validation errors; ``waiting`` is what ``stats`` reports queued.
     """
 
     def __init__(self, words=("Hello", " world", "!"), *, delay: float = 0.0,
                  demote_at: int | None = None, fail_at: int | None = None,
-                 fail_before: Exception | None = None, prompt_tokens: int = 5) -> None:
-        self.words, self.delay = list(words), delay
+                 fail_before: Exception | None = None, prompt_tokens: int = 5,
+                 refuse_at: int | None = None) -> None:
+        self.words, self.delay, self.refuse_at = list(words), delay, refuse_at
         self.demote_at, self.fail_at, self.fail_before = demote_at, fail_at, fail_before
         self.prompt_tokens = prompt_tokens
         self.aborted: list[str] = []
@@ -99,6 +101,11 @@ class FakeEngine:
             if i == self.demote_at:
                 change = TierChange(tier, Tier.WARM, "hot pressure", time.time())
                 tier = Tier.WARM
+            if i == self.refuse_at:
+                yield Delta(req.request_id, 0, "", (), (), tier, finish_reason="abort",
+                            tier_change=change, prompt_tokens=self.prompt_tokens,
+                            refusal="demoted, then past warm's bound")
+                return
             last = i == len(self.words) - 1
             for index in range(req.sampling.n):
                 yield Delta(req.request_id, index, word, (100 + i,), (time.time(),), tier,

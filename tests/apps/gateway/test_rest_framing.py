@@ -112,6 +112,29 @@ async def test_a_hot_streams_header_is_the_tier_of_its_first_delta(key, demote_a
     assert any(b.startswith(": tier_changed") for b in blocks) == (demote_at is not None)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_demoted_request_the_engine_refuses_is_a_503_not_an_interruption(key, stream):
+    """Demoted, then refused before its first token (warm's bound): a 503 with Retry-After
+    where the status is not sent yet, else an error frame; booked as a refusal."""
+    old = engine_client.set_engine_client(FakeEngine(demote_at=0, refuse_at=0))
+    try:
+        response = await _post(AsyncClient(), "/v1/chat/completions", _chat(stream=stream), key)
+        if stream:
+            blocks = await _sse(response)
+            assert response.status_code == 200 and response["X-Laser-Tier"] == "warm"
+            assert blocks[0].startswith(": tier_changed") and blocks[-1] == "data: [DONE]"
+            error = json.loads(blocks[-2][6:])["error"]
+        else:
+            assert response.status_code == 503 and int(response["Retry-After"]) >= 1
+            error = response.json()["error"]
+    finally:
+        engine_client.set_engine_client(old)
+    assert error["code"] == "engine_overloaded" and "warm's bound" in error["message"]
+    [record] = await _records()
+    assert (record.outcome, record.error_code, record.demoted) == (
+        "rejected_503", "engine_overloaded", True)
+
+
 async def test_a_hot_stream_failing_before_its_first_delta_is_a_status(key):
     old = engine_client.set_engine_client(FakeEngine(fail_at=0))
     try:

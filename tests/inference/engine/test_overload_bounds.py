@@ -55,6 +55,7 @@ def drive(engine, arrival_steps: int, per_step: int, prompt_len: int):
             if d.tier_change is not None:
                 rec.setdefault("change", d.tier_change.at)
             if d.finish_reason == "abort" and "first" not in rec:
+                assert d.refusal, "a refusal says why (the gateway makes it a 503)"
                 rec.setdefault("refused", t0)
     raise AssertionError("engine did not drain")
 
