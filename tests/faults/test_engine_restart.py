@@ -23,7 +23,7 @@ def faulty_engine(tiny_model_path, settings):
     """The process's engine (a fresh one over the tiny model) with a step that raises once
     ``armed`` is set, and registered with the lifecycle as ``manage.py serve`` does."""
     from apps.core.lifecycle import lifecycle
-    from apps.gateway import lifecycle as engine_component
+    from apps.gateway import engine_component
     from apps.gateway.engine_client import set_engine_client
     from tests.apps.gateway.live import start_engine
 
