@@ -126,4 +126,5 @@ LASER_ENGINE_CONFIG: dict[str, Any] = {
     "num_threads": LASER_THREADS,
     "wide_threads": LASER_WIDE_THREADS,
     "layer_pause": LASER_LAYER_PAUSE,
+    "ignore_eos": False,  # tests and benchmarks only: no setting or API parameter reaches it
 }
