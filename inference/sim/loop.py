@@ -32,6 +32,7 @@ from inference.kv.block_manager import BlockManager
 from inference.request import Tier
 from inference.scheduler import Scheduler, make_scheduler
 from inference.scheduler.plan import StepPlan
+from inference.sequence import SequenceStatus
 from inference.sim.accounting import Accounting
 from inference.sim.config import SimConfig
 from inference.sim.cost_model import MEM_EFF, STEP_OVERHEAD_S, CostModel, cost_model_for
@@ -232,7 +233,10 @@ class _Run:
         estimator."""
         s, acc = self.s, self.acc
         self.steps += 1
-        sampled = {x.seq_id: SAMPLED_TOKEN for x in plan.scheduled if x.sample}
+        # a sequence the policy dropped while a paused forward held it samples nothing
+        sampled = {x.seq_id: SAMPLED_TOKEN for x in plan.scheduled if x.sample
+                   and (q := s.seqs.get(x.seq_id)) is not None
+                   and q.status == SequenceStatus.RUNNING}
         finished = s.update(plan, sampled, self.now).finished
         if whole:
             s.observe_step(plan.num_batched_tokens, dt)
