@@ -58,6 +58,22 @@ class LayerBatcher:
             self.progress.pop(seq_id, None)
         for seq_id, _ in plan.refused:
             self.progress.pop(seq_id, None)
+        full, relaxed, hot_tbt = self._rows(plan, sched)
+        cap = None
+        if hot_tbt and plan.pause_until is None:  # a pausable forward runs whole (loop.py)
+            safety = sched.tbt_safety() if isinstance(sched, LaserScheduler) else 1.0
+            cap = safety * min(hot_tbt)
+        group, seconds = self.layers, self._price(full, relaxed, self.layers)
+        if cap is not None and relaxed and seconds > cap:
+            for g in GROUPS[1:]:
+                group = max(1, self.layers // g)
+                seconds = self._price(full, relaxed, group)
+                if seconds <= cap:
+                    break
+        return self._fold(plan, relaxed, group, seconds, cap)
+
+    def _rows(self, plan: StepPlan, sched: Scheduler):
+        """(whole-depth rows, [(relaxed row, layers it has done)], hot decodes' TBT targets)."""
         full, relaxed, hot_tbt = [], [], []
         for x in plan.scheduled:
             seq = sched.seqs[x.seq_id]
@@ -69,18 +85,7 @@ class LayerBatcher:
                 hot_tbt.append(seq.targets.tbt_p99_s)
             else:
                 relaxed.append((x, self._done(x)))
-        cap = None
-        if hot_tbt:
-            safety = sched.tbt_safety() if isinstance(sched, LaserScheduler) else 1.0
-            cap = safety * min(hot_tbt)
-        group, seconds = self.layers, self._price(full, relaxed, self.layers)
-        if cap is not None and relaxed and seconds > cap:
-            for g in GROUPS[1:]:
-                group = max(1, self.layers // g)
-                seconds = self._price(full, relaxed, group)
-                if seconds <= cap:
-                    break
-        return self._fold(plan, relaxed, group, seconds, cap)
+        return full, relaxed, hot_tbt
 
     def _done(self, x: ScheduledSeq) -> int:
         pos, done = self.progress.get(x.seq_id, (x.start, 0))

@@ -6,9 +6,11 @@ import pytest
 
 from inference.request import Tier
 from inference.scheduler import LaserAblations
+from inference.scheduler.plan import ScheduledSeq
 from inference.sim import SimConfig, simulate
 from inference.sim.config import Contracts
-from inference.sim.cost_model import CostModel
+from inference.sim.cost_model import STEP_OVERHEAD_S, CostModel
+from inference.sim.layer_batching import LayerBatcher
 from inference.sim.profiles import GPUS, MODELS
 from inference.sim.summary import summarize
 from inference.sim.traces import TraceRequest
@@ -84,3 +86,23 @@ def test_without_hot_decodes_the_switch_changes_nothing():
 
 def test_off_by_default():
     assert SimConfig().layer_decode_batching is False
+
+
+def test_a_step_is_priced_per_layer():
+    cost = roofline()
+    batcher = LayerBatcher(cost, MODELS["llama3-8b"].num_layers)
+    hot = ScheduledSeq("h", 999, 1, True)  # 1,000 tokens of context
+    relaxed = [(ScheduledSeq(f"r{i}", 4999, 1, True), 0) for i in range(40)]
+    # the whole depth for every row: the cost model's own step
+    whole = cost.plan_time([(999, 1)] + [(4999, 1)] * 40)
+    assert batcher._price([hot], relaxed, 32) == pytest.approx(whole)
+    # relaxed rows through half the layers: half the layers carry them, half their K/V read
+    half = (STEP_OVERHEAD_S + (cost.linear_s(41) + cost.linear_s(1)) / 2
+            + cost.decode_attn_s(1000) + cost.decode_attn_s(40 * 5000) / 2)
+    assert batcher._price([hot], relaxed, 16) == pytest.approx(half)
+    assert half < whole
+    # rows 24 layers in run their last 8, whatever group is asked
+    late = [(x, 24) for x, _ in relaxed]
+    eighth = (STEP_OVERHEAD_S + (8 * cost.linear_s(41) + 24 * cost.linear_s(1)) / 32
+              + cost.decode_attn_s(1000) + cost.decode_attn_s(40 * 5000) / 4)
+    assert batcher._price([hot], late, 16) == pytest.approx(eighth)
