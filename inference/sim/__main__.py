@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--layer-pause", action="store_true",
                     help="run laser's steps without hot work layer by layer, stopping for hot "
                          "(the engine's layer pause)")
+    ap.add_argument("--layer-decode-batching", action="store_true",
+                    help="let warm, demoted and cold decodes run part of the model's layers "
+                         "a step when the whole step would pass the hot TBT cap")
     ap.add_argument("--out", type=Path, help="directory for report.json and PNG plots")
     return ap.parse_args(argv)
 
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
                         max_num_batched_tokens=args.max_batched_tokens,
                         long_prefill_chunk=args.chunk or args.max_batched_tokens,
                         ablations=LaserAblations(**dict.fromkeys(args.ablate, False)),
-                        layer_pause=args.layer_pause)
+                        layer_pause=args.layer_pause,
+                        layer_decode_batching=args.layer_decode_batching)
         summaries[name] = summarize(simulate(trace, cfg))
         if args.goodput:
             lo, hi = args.goodput_range

@@ -55,6 +55,7 @@ class SimConfig:
     laser: LaserPolicyConfig | None = None  # the laser policy's thresholds; default
     ablations: LaserAblations | None = None  # laser's parts switched off; default all on
     layer_pause: bool = False  # laser's steps without hot work stop between layers for hot
+    layer_decode_batching: bool = False  # relaxed decodes run part of the depth under hot's cap
     drain_s: float = 3600.0
     window_s: float = 60.0
     idle_tick_s: float = 0.005

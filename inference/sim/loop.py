@@ -13,6 +13,10 @@ sequences are held, the hot steps run, and after each of them the paused forward
 (at least one layer, unless a hot request arrived during that step) until it completes or
 hot work arrives or falls due again, or to completion when a plan says ``finish_paused``.
 Each resumption costs ``resume_s`` (see ``_Paused``).
+
+With ``SimConfig.layer_decode_batching`` every plan is priced by ``layer_batching``: relaxed
+decodes run part of the depth when the whole step would pass the hot TBT cap, and only the
+rows that passed the last layer are folded back.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from inference.kv.block_manager import BlockManager
 from inference.request import Tier
 from inference.scheduler import Scheduler, make_scheduler
 from inference.scheduler.plan import StepPlan
+from inference.sequence import SequenceStatus
 from inference.sim.accounting import Accounting
 from inference.sim.config import SimConfig
 from inference.sim.cost_model import MEM_EFF, STEP_OVERHEAD_S, CostModel, cost_model_for
+from inference.sim.layer_batching import LayerBatcher
 from inference.sim.profiles import GPUS, MODELS, kv_capacity_tokens
 from inference.sim.traces import TraceRequest
 from inference.sim.workload import Workload
@@ -48,6 +54,7 @@ class RunResult:
     steps: int
     wall_s: float  # real seconds the run took
     pauses: int = 0  # forwards stopped between layers (SimConfig.layer_pause)
+    batcher: LayerBatcher | None = None  # SimConfig.layer_decode_batching's counters
 
 
 def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
@@ -78,7 +85,7 @@ def simulate(trace: list[TraceRequest], cfg: SimConfig, *, cost: CostModel | Non
     run = _Run(trace, cfg, cost, sched, on_step)
     run.loop()
     return RunResult(cfg, run.acc, sched, sched.kv.num_blocks, run.now, run.steps,
-                     time.perf_counter() - t0, run.pauses)
+                     time.perf_counter() - t0, run.pauses, run.batcher)
 
 
 @dataclass(slots=True)
@@ -113,6 +120,8 @@ class _Run:
         self.paused: _Paused | None = None
         self.pauses = 0  # forwards stopped between layers
         self.hot_index = [i for i, r in enumerate(trace) if r.tier is Tier.HOT]
+        self.batcher = (LayerBatcher(cost, MODELS[cfg.model].num_layers)
+                        if cfg.layer_decode_batching else None)
 
     def loop(self) -> None:
         trace, s, n = self.trace, self.s, len(self.trace)
@@ -162,7 +171,11 @@ class _Run:
                 self.now = min(self.now + self.cfg.idle_tick_s, nxt)
                 return
         else:
-            dt = self.cost.plan_time([(x.start, x.num_tokens) for x in plan.scheduled])
+            if self.batcher is None:
+                dt = self.cost.plan_time([(x.start, x.num_tokens) for x in plan.scheduled])
+            else:  # a pausable plan has no hot row: it runs whole, as priced here
+                batched = self.batcher.run(plan, s)
+                plan, dt = (batched.plan if plan.pause_until is None else plan), batched.seconds
             if plan.pause_until is not None and paused is None:
                 self._run_pausable(plan, dt)
                 return
@@ -220,7 +233,10 @@ class _Run:
         estimator."""
         s, acc = self.s, self.acc
         self.steps += 1
-        sampled = {x.seq_id: SAMPLED_TOKEN for x in plan.scheduled if x.sample}
+        # a sequence the policy dropped while a paused forward held it samples nothing
+        sampled = {x.seq_id: SAMPLED_TOKEN for x in plan.scheduled if x.sample
+                   and (q := s.seqs.get(x.seq_id)) is not None
+                   and q.status == SequenceStatus.RUNNING}
         finished = s.update(plan, sampled, self.now).finished
         if whole:
             s.observe_step(plan.num_batched_tokens, dt)

@@ -119,5 +119,9 @@ def summarize(run: RunResult) -> dict:
     }
     if run.config.layer_pause:
         out["layer_pauses"] = run.pauses
+    if run.batcher is not None:
+        b = run.batcher
+        out["layer_batching"] = {"split_steps": b.split_steps, "hot_steps": b.hot_steps,
+                                 "hot_over_cap": b.hot_over_cap}
     out["meets_targets"] = all(out[t]["attainment"] >= q for t, q in TARGETS.items())
     return out
