@@ -93,6 +93,11 @@ class HotTriage:
                    and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
         refused = []
         for seq in overdue:
+            if not self.excess(seq):  # in contract: served next (class 0), not refused
+                if seq.seq_id not in self.state.aged and seq in self.waiting:
+                    self.state.aged.add(seq.seq_id)
+                    self._moved(seq.seq_id)
+                continue
             limit = factor * seq.targets.warm_mean_ttft_s
             refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
                                         f"token within {limit:.2f} s"))
