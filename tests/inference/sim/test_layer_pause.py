@@ -6,19 +6,7 @@ from inference.request import Tier
 from inference.sim import SimConfig, simulate
 from inference.sim.summary import summarize
 from inference.sim.traces import TraceRequest
-
-
-class FlatCost:
-    """10 ms a step plus 1 ms a token."""
-
-    def plan_time(self, items) -> float:
-        return 0.01 + 0.001 * sum(n for _, n in items)
-
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
-        return 0.01 + 0.001 * num_tokens
-
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
-        return None
+from tests.inference.sim.test_simulator import FlatCost  # 10 ms a step plus 1 ms a token
 
 
 def run(pause: bool):
