@@ -45,8 +45,9 @@ class FakeEngine:
     """Emits ``words`` as one delta each per choice; optionally demotes or fails part-way.
 
     ``abort`` records ids; ``refuse_at`` ends the request there with the engine's refusal
-    (``abort`` + ``refusal``, no text: overload after a demotion); ``fail_before`` raises from ``generate`` before any delta, like the
-    real engine's admission and validation errors; ``waiting`` is what ``stats`` reports queued.
+    (``abort`` + ``refusal``, no text: overload after a demotion); ``fail_before`` raises from
+    ``generate`` before any delta, like the real engine's admission and validation errors;
+    ``waiting`` is what ``stats`` reports queued.
     """
 
     def __init__(self, words=("Hello", " world", "!"), *, delay: float = 0.0,
