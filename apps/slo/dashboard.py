@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
+from apps.core import tiers
 from apps.slo import dashboard_data
 from apps.slo.access import is_platform_staff
 from apps.slo.models import SLOContract
@@ -54,7 +55,8 @@ def _tenant_for(request: HttpRequest) -> tuple[Tenant | None, list[Tenant]]:
 @login_required(login_url=LOGIN_URL)
 def dashboard_page(request: HttpRequest) -> HttpResponse:
     tenant, tenants = _tenant_for(request)
-    context = {"tenant": tenant, "tenants": tenants, "staff": is_platform_staff(request.user)}
+    context = {"tenant": tenant, "tenants": tenants, "staff": is_platform_staff(request.user),
+               "tier_names": tiers.NAMES}
     return render(request, "slo/dashboard.html", context)
 
 

@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from apps.core import tiers
 from apps.web.access import (
     TENANT_KEY,
     is_member,
@@ -71,6 +72,6 @@ def chat(request: HttpRequest) -> HttpResponse:
     if not is_member(request.user, request.tenant):
         return render(request, "web/chat.html", {"setup": None, "section": "chat"})
     config = {"tiers": setup.tiers, "default_tier": setup.default_tier, "terms": setup.terms,
-              "models": setup.models, "socket": "/ws/app/chat/"}
+              "models": setup.models, "socket": "/ws/app/chat/", "tier_names": tiers.NAMES}
     return render(request, "web/chat.html", {"setup": setup, "config": config,
                                              "section": "chat"})

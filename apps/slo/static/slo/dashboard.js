@@ -5,8 +5,10 @@
   if (!root) return;
   const URL_ = root.dataset.url;
   const POLL_MS = 2000;
-  const COLORS = { hot: "#e8553d", warm: "#e0a21b", cold: "#2f80d8", target: "#172033" };
-  const TIERS = ["hot", "warm", "cold"];
+  // the tier names come from the server's vocabulary (apps/core/tiers.py), urgent first
+  const TIER = JSON.parse(document.getElementById("laser-tiers").textContent);
+  const TIERS = Object.values(TIER);
+  const COLORS = { [TIER.HOT]: "#e8553d", [TIER.WARM]: "#e0a21b", [TIER.COLD]: "#2f80d8", target: "#172033" };
   const charts = {};
   let batches = [];
 
@@ -45,13 +47,13 @@
     node.appendChild(bar);
     const dl = el("dl");
     row(dl, "requests", num(c.requests));
-    if (c.tier === "hot") {
+    if (c.tier === TIER.HOT) {
       row(dl, "P99 TTFT / target", ms(c.ttft_p99_ms) + " / " + ms(c.ttft_target_ms), c.ttft_p99_ms > c.ttft_target_ms);
       row(dl, "P99 TBT / target", ms(c.tbt_p99_ms) + " / " + ms(c.tbt_target_ms), c.tbt_p99_ms > c.tbt_target_ms);
       row(dl, "interruptions", num(c.interruptions) + (c.interruption_rate !== null ? " (" + pct(c.interruption_rate) + ")" : ""),
           c.missed.includes("interruptions"));
       row(dl, "demotions", num(c.demotions), c.missed.includes("demotions"));
-    } else if (c.tier === "warm") {
+    } else if (c.tier === TIER.WARM) {
       row(dl, "delivered / floor tok/s", num(c.delivered_tps, 1) + " / " + num(c.floor_tps, 1), c.missed.includes("delivered tokens/s"));
       row(dl, "mean TTFT / target", ms(c.ttft_mean_ms) + " / " + ms(c.ttft_target_ms), c.missed.includes("mean TTFT"));
       row(dl, "P99 TBT", ms(c.tbt_p99_ms));
@@ -85,8 +87,8 @@
   }
 
   function initCharts() {
-    chart("chart-ttft", "line", [line("hot", COLORS.hot), line("warm", COLORS.warm), line("hot target", COLORS.target, true)]);
-    chart("chart-attainment", "line", [line("hot", COLORS.hot), line("warm", COLORS.warm), line("cold", COLORS.cold), line("target 99 %", COLORS.target, true)],
+    chart("chart-ttft", "line", [line(TIER.HOT, COLORS[TIER.HOT]), line(TIER.WARM, COLORS[TIER.WARM]), line(TIER.HOT + " target", COLORS.target, true)]);
+    chart("chart-attainment", "line", TIERS.map((t) => line(t, COLORS[t])).concat([line("target 99 %", COLORS.target, true)]),
           { scales: { x: { ticks: { maxTicksLimit: 8 } }, y: { min: 0, max: 100 } } });
     chart("chart-tps", "line", TIERS.map((t) => Object.assign(line(t, COLORS[t]), { fill: true })));
     chart("chart-demotions", "bar", [{ label: "hot → warm", backgroundColor: COLORS.hot, data: [] }]);

@@ -3,6 +3,7 @@
 "use strict";
 (() => {
   const config = JSON.parse(document.getElementById("chat-config").textContent);
+  const TIER = config.tier_names; // the server's tier vocabulary (apps/core/tiers.py)
   const $ = (id) => document.getElementById(id);
   const messages = $("messages"), input = $("chat-input"), send = $("chat-send");
   const stop = $("chat-stop"), status = $("chat-status"), tierSelect = $("chat-tier");
@@ -54,10 +55,10 @@
     const decodeS = turn.last && turn.first ? (turn.last - turn.first) / 1000 : 0;
     const tps = n > 1 && decodeS > 0 ? (n - 1) / decodeS : null;
     if (done.ttft_s !== null && done.ttft_s !== undefined) {
-      if (turn.tier === "hot") {
+      if (turn.tier === TIER.HOT) {
         line.append(metric("TTFT", ms(done.ttft_s), `contract p99 ≤ ${ms(terms.ttft_p99_s)}`,
                            done.ttft_s <= terms.ttft_p99_s));
-      } else if (turn.tier === "warm") {
+      } else if (turn.tier === TIER.WARM) {
         line.append(metric("TTFT", ms(done.ttft_s), `contract mean ≤ ${ms(terms.warm_mean_ttft_s)}`,
                            done.ttft_s <= terms.warm_mean_ttft_s));
       } else {
@@ -65,13 +66,13 @@
       }
     }
     if (tps !== null) {
-      const target = turn.tier === "warm" ? terms.warm_rate_tps : null;
+      const target = turn.tier === TIER.WARM ? terms.warm_rate_tps : null;
       line.append(metric("tokens/s", tps.toFixed(1), target ? `contract ≥ ${target}` : "",
                          target ? tps >= target : undefined));
     }
     const p99 = done.tbt && done.tbt.p99_s;
     if (p99 !== null && p99 !== undefined) {
-      const target = turn.tier === "hot" ? terms.tbt_p99_s : null;
+      const target = turn.tier === TIER.HOT ? terms.tbt_p99_s : null;
       line.append(metric("TBT p99", ms(p99), target ? `contract ≤ ${ms(target)}` : "",
                          target ? p99 <= target : undefined));
     }
