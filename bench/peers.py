@@ -4,7 +4,7 @@ official openai-SDK client (issue 22).
     .venv/bin/python bench/peers.py [--loads 1,16,32,64] [--tiers 16:warm,16:flex] [--no-mixed]
         [--tokens 128] [--requests 3] [--wide-requests 2] [--rounds 1]
         [--laser-env LASER_MAX_NUM_SEQS=64,LASER_KV_MEMORY_MB=1024] [--peer PATH]
-        [--peer-threads N] [--peer-extra FLAGS]
+        [--peer-threads N] [--peer-extra FLAGS] [--busy N]
 
 The peer: ``llama-server`` built once by ``shared/peers/llama-server.sh`` (found in a folder
 above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the bundled
@@ -27,6 +27,10 @@ the same load and round). The mixed load: 2 chat streams (key's default tier, ``
 sending turns back to back while 14 bulk streams (``service_tier: "flex"``) send ``--requests``
 each: hot TTFT p99, hot per-request TBT p99 (docs/slo.md: P99 over requests of each request's
 P99 gap), bulk tok/s.
+
+``--busy N`` runs N CPU-bound processes (a Python loop each, at the servers' own
+priority) for the whole run, so both servers share the cores with a neighbour
+that never sleeps (issue 22 item 3: a spinning thread pool collapses there).
 
 Per load the peer runs first, then Laser (the other way round in even rounds), so drift on a
 shared machine hits both; ratios are Laser / llama.cpp per row. Tokens: usage.completion_tokens
@@ -290,6 +294,18 @@ def parse_tiers(text: str) -> dict[int, list[str]]:
     return tiers
 
 
+@contextmanager
+def busy_neighbours(count: int) -> Iterator[None]:
+    """``count`` processes that keep a core busy until the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def warm_up(url: str, key: str) -> None:
     asyncio.run(run_load(url, key, 1, 1, 8, None))
 
@@ -338,6 +354,8 @@ def main() -> None:
     ap.add_argument("--peer-threads", type=int, default=CORES,
                     help="the peer's -t (default: every core)")
     ap.add_argument("--peer-extra", default="", help="flags appended to the peer's command")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="CPU-bound processes running beside both servers the whole run")
     ap.add_argument("--from-json", default=None, help="print the tables of an earlier run's JSON")
     args = ap.parse_args()
     if args.from_json:
@@ -347,7 +365,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = peer_binary(args.peer)
     info = {**machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_average_start": os.getloadavg()[0]}
+            "load_average_start": os.getloadavg()[0], "busy_neighbours": args.busy}
     loads = [int(n) for n in args.loads.split(",") if n] + ([] if args.no_mixed else [0])
     rows: list[dict] = []
     OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -358,6 +376,7 @@ def main() -> None:
             lasers.append((f"{LASER}[{args.laser_env}]", *stack.enter_context(laser_server(env))))
         for _, url, key in lasers:
             warm_up(url, key)
+        stack.enter_context(busy_neighbours(args.busy))
         for rnd in range(1, args.rounds + 1):
             for streams in loads:
                 slots = streams or CHAT_STREAMS + BULK_STREAMS
@@ -379,7 +398,8 @@ def main() -> None:
     info["load_average_end"] = os.getloadavg()[0]
     print(f"commit {info['commit']}, {info['cores']} cores ({info['cpu']}), {info['started']} to "
           f"{time.strftime('%H:%M UTC', time.gmtime())}, load average "
-          f"{info['load_average_start']:.1f} -> {info['load_average_end']:.1f}")
+          f"{info['load_average_start']:.1f} -> {info['load_average_end']:.1f}"
+          + (f", {args.busy} CPU-bound processes beside the servers" if args.busy else ""))
     print("peer: " + next(r["command"] for r in rows if r["server"] == PEER).replace(
         str(bundled_gguf()), "<bundled GGUF>"))
     print(table(rows))
