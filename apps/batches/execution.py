@@ -4,7 +4,8 @@ A chunk sends its pending lines through ``apps.gateway.serving.serve`` at cold t
 batch's deadline (at most ``LASER_BATCH_CHUNK_CONCURRENCY`` at once), as the key the batch was
 created with: each line is admitted against the tenant's cold contract like any request. Over
 its requests/min or tokens/min (or a concurrency cap, or a saturated engine) a line waits and is
-sent again (``Retry-After``), so the batch is paced and nothing fails; once the daily budget is
+sent again (``Retry-After``) ahead of the chunk's later lines, which wait as long, so the
+batch is paced, keeps its line order and nothing fails; once the daily budget is
 spent each remaining line ends with ``insufficient_quota`` in the error file, and once the key
 is revoked with ``invalid_api_key`` (the key is re-checked at most every
 ``LASER_BATCH_POLL_S``). The engine's scheduler then paces the lines it runs: in hot's gaps,
@@ -20,9 +21,9 @@ stays minutes long. A chunk marks its batch's ``progress_at`` when it starts and
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,10 @@ HEARTBEAT_S = 60.0  # well under LASER_BATCH_STALL_S, and one UPDATE a minute pe
 DB_DOWN = (OperationalError, InterfaceError)  # the database went away: the chunk runs again
 
 
+def _line_no(item: tuple[float, BatchLine]) -> int:
+    return item[1].line_no
+
+
 @dataclass(slots=True)
 class ChunkResult:
     written: int = 0
@@ -63,7 +68,9 @@ class ChunkRunner:
 
     def __init__(self, batch: Batch, lines: list[BatchLine], client: EngineClient) -> None:
         self.batch, self.client = batch, client
-        self.todo: deque[tuple[float, BatchLine]] = deque((0.0, x) for x in lines)
+        # (not before, line), in line order: a line refused for now keeps its place
+        self.todo: list[tuple[float, BatchLine]] = sorted(((0.0, x) for x in lines),
+                                                          key=_line_no)
         self.inflight: dict[asyncio.Task, BatchLine] = {}
         self.result = ChunkResult()
         # the batch's key (or, started in the web app, its user), checked again before its
@@ -74,6 +81,7 @@ class ChunkRunner:
         else:
             self.caller = Caller(batch.tenant, "api_key", api_key=batch.api_key,
                                  default_tier=Tier.COLD, checked_at=0.0)
+        self.hold_until = 0.0  # epoch s: no new line before (a refusal's Retry-After)
         self.started = self.touched = time.monotonic()
         self.deadline = batch.deadline_at.timestamp()
 
@@ -133,15 +141,22 @@ class ChunkRunner:
         return self.result
 
     async def _fill(self, limit: int) -> None:
-        now = time.time()
-        for _ in range(len(self.todo)):
-            if len(self.inflight) >= limit or self.result.stopped is not None:
-                return
-            not_before, line = self.todo.popleft()
-            if not_before > now:
-                self.todo.append((not_before, line))
-                continue
+        """Start the due lines, earliest line first, up to ``limit`` in flight. A line sent
+        back for now (paced, or refused while the engine is saturated) holds the chunk's
+        new lines for its wait and is then retried ahead of later lines: the engine is not
+        sent more of what it just refused, and a batch's lines keep their order."""
+        now, free = time.time(), limit - len(self.inflight)
+        if self.result.stopped is not None or now < self.hold_until:
+            return
+        start = [i for i, (not_before, _) in enumerate(self.todo) if not_before <= now][:free]
+        lines = [self.todo[i][1] for i in start]
+        for i in reversed(start):
+            del self.todo[i]
+        for line in lines:
             self.inflight[asyncio.ensure_future(self._complete(line))] = line
+
+    def _later(self, line: BatchLine, wait_s: float) -> None:
+        bisect.insort(self.todo, (time.time() + wait_s, line), key=_line_no)
 
     async def _complete(self, line: BatchLine) -> Served:
         """Serve one line to its end; the caller writes it, then closes (books) the Served."""
@@ -174,7 +189,7 @@ class ChunkRunner:
             return
         await served.close("interrupted", code="aborted", book=False)
         if requeue and self.result.stopped is None:
-            self.todo.append((time.time() + _RETRY_S, line))  # aborted by someone else
+            self._later(line, _RETRY_S)  # aborted by someone else
 
     async def _settle(self, line: BatchLine, task: asyncio.Task) -> None:
         exc = task.exception()
@@ -185,7 +200,9 @@ class ChunkRunner:
             raise exc  # the task retries the whole chunk later; this line stays pending
         if isinstance(exc, APIError) and retryable(exc):  # paced: rpm/tpm, caps, saturation
             wait = float(exc.headers.get("Retry-After", _RETRY_S))
-            self.todo.append((time.time() + max(wait, 0.05), line))
+            wait = max(wait, 0.05)
+            self.hold_until = max(self.hold_until, time.time() + wait)
+            self._later(line, wait)
             return
         if not isinstance(exc, APIError):
             logger.error("line %s failed", line.request_id, exc_info=exc)

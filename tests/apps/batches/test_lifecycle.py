@@ -18,6 +18,7 @@ from apps.batches.models import Batch, BatchFile, BatchLine
 from apps.batches.selectors import request_counts
 from apps.batches.storage import content_chunks
 from apps.batches.sweep import cleanup, resume, sweep
+from inference.errors import EngineOverloaded
 from inference.request import Tier
 from tests.apps.batches.conftest import chat_line
 
@@ -149,6 +150,33 @@ def test_expiry_keeps_finished_lines_and_expires_the_rest(cold, upload, queue, e
     assert request_counts(batch) == {"total": 3, "completed": 1, "failed": 2}
     queue.drain()  # chunks arriving after expiry do nothing
     assert len(engine.requests) == 1
+
+
+def test_a_line_refused_for_now_keeps_its_place_and_holds_later_lines(cold, upload, queue,
+                                                                       engine, settings):
+    """The engine refuses the first line once (saturated, Retry-After 1 s): no later line is
+    sent in that wait, and the refused line goes first when it is over (it used to go to the
+    back of the chunk, behind lines that then took every slot)."""
+    settings.LASER_BATCH_CHUNK_CONCURRENCY = 2
+    batch = _create(cold, upload, [chat_line(f"r{i}", f"d{i}") for i in range(5)])
+    queue.run_one()  # validation
+    name = {x.request_id: x.custom_id for x in batch.lines.all()}
+    refused: list[str] = []
+
+    def once(request):
+        if name[request.request_id] == "r0" and not refused:
+            refused.append(request.request_id)
+            return EngineOverloaded("saturated", tier=Tier.COLD, retry_after_s=0.2)
+        return None
+
+    engine.refuse, engine.delay_s = once, 0.3
+    queue.drain()
+    batch.refresh_from_db()
+    assert batch.status == "completed" and refused
+    # r1 was already on its way with r0; nothing else started before r0's second try, which
+    # went out with r2 (two slots), ahead of r3 and r4
+    order = [name[r.request_id] for r in engine.requests]
+    assert (order[0], set(order[1:3]), set(order[3:])) == ("r1", {"r0", "r2"}, {"r3", "r4"})
 
 
 def test_running_chunk_stops_at_the_deadline_and_aborts_engine_work(cold, upload, queue,
