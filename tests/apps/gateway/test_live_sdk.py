@@ -145,11 +145,16 @@ def test_smollm2_streams_an_answer_through_the_sdk(laser_server, smollm2_engine,
     assert (record.outcome, record.tier_served, record.streamed) == ("ok", "warm", True)
 
 
-def _round(server, key: str, size: int) -> list[tuple[int | str, str | None, str | None]]:
-    """``size`` simultaneous chats from one key (half streamed): (status, X-Laser-Tier, the
-    service_tier of the last chunk or of the response) each."""
+Result = tuple[int | str, str | None, str | None, str | None]
 
-    async def one(client, i: int) -> tuple[int | str, str | None, str | None]:
+
+def _round(server, key: str, size: int) -> list[Result]:
+    """``size`` simultaneous chats from one key (half streamed): (status, X-Laser-Tier, the
+    service_tier of the last chunk or of the response, that of the first chunk or of the
+    response) each. A stream's headers go out with its first chunk; sustained hot pressure
+    may demote (or restore) it later, which its later chunks show."""
+
+    async def one(client, i: int) -> Result:
         args = {"model": MODEL, "max_tokens": 8, "temperature": 0,
                 "messages": [{"role": "user", "content": f"Say a word about the number {i}."}]}
         try:
@@ -157,13 +162,14 @@ def _round(server, key: str, size: int) -> list[tuple[int | str, str | None, str
                 raw = await client.chat.completions.with_raw_response.create(
                     **args, stream=True)
                 tiers = [c.service_tier async for c in raw.parse()]
-                return raw.status_code, raw.headers.get("X-Laser-Tier"), tiers[-1]
+                return raw.status_code, raw.headers.get("X-Laser-Tier"), tiers[-1], tiers[0]
             raw = await client.chat.completions.with_raw_response.create(**args)
-            return raw.status_code, raw.headers.get("X-Laser-Tier"), raw.parse().service_tier
+            tier = raw.parse().service_tier
+            return raw.status_code, raw.headers.get("X-Laser-Tier"), tier, tier
         except openai.APIStatusError as exc:
-            return exc.status_code, None, None
+            return exc.status_code, None, None, None
         except openai.APIError as exc:  # an error frame in a stream
-            return type(exc).__name__, None, None
+            return type(exc).__name__, None, None, None
 
     async def burst() -> list:
         client = _client(server, key, openai.AsyncOpenAI)
@@ -186,16 +192,17 @@ def test_a_burst_of_hot_chats_is_served_or_demoted_never_refused(laser_server, s
         results = _round(laser_server, key, size)
         records = _records()[-size:]
         demoted = sum(r.tier_served == "warm" for r in records)
-        marked = sum(tier == "default" for _, _, tier in results)
+        marked = sum(tier == "default" for _, _, tier, _ in results)
         summary = f"{size} chats: {demoted} demoted to warm, {marked} marked 'default'"
-        assert [status for status, _, _ in results] == [200] * size, (summary, results)
+        assert [status for status, *_ in results] == [200] * size, (summary, results)
         assert {r.outcome for r in records} == {"ok"}, summary
         assert {r.tier_asked for r in records} == {"hot"}, summary
         # every demotion the engine made reached the client, and no other request says so
         assert marked == demoted, (summary, results)
-        assert {tier for _, _, tier in results} <= {"priority", "default"}, summary
-        # the headers go out after the demotion (a whole response's at its end, a hot stream's
-        # at its first delta): X-Laser-Tier says warm too
-        headers = [(header, tier) for _, header, tier in results]
-        assert all((header == "warm") == (tier == "default") for header, tier in headers), headers
+        assert {tier for _, _, tier, _ in results} <= {"priority", "default"}, summary
+        # the headers go out after a demotion before the first token (a whole response's at
+        # its end, a hot stream's with its first chunk): X-Laser-Tier says what that said
+        headers = [(header, first) for _, header, _, first in results]
+        assert all((header == "warm") == (first == "default") for header, first in headers), \
+            headers
         print(summary)  # noqa: T201 (shown with -s: the count of this run)
