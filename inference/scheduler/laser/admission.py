@@ -7,6 +7,7 @@ import bisect
 from collections.abc import Sequence as Seqs
 
 from inference.errors import AdmissionRefused, EngineOverloaded
+from inference.request import Tier
 from inference.scheduler.laser.slack import Speeds, prefill_left, work_s
 from inference.sequence import Sequence
 
@@ -61,7 +62,7 @@ def _check_later(deadlines, cum, added, now, share, safety) -> None:
         if now + safety * (ahead + added) / share > deadline >= now + safety * ahead / share:
             raise AdmissionRefused(
                 "cold request would push admitted cold work past its deadline",
-                tier="cold", retry_after_s=None)
+                tier=Tier.COLD, retry_after_s=None)
 
 
 def check_hot(seq: Sequence, queued_prefill: int, now: float, sp: Speeds, factor: float) -> None:
