@@ -92,6 +92,15 @@ class Sequence:
     def remaining_output(self) -> int:
         return self.max_tokens - len(self.output_token_ids)
 
+    @property
+    def expected_output_left(self) -> int:
+        """Output tokens the scheduler plans for: the profile's expectation (at most
+        ``max_tokens``; the default profile expects all of them) less those produced, never
+        below one while the sequence runs."""
+        expected = self.max_tokens if self.profile is None else min(
+            self.max_tokens, self.profile.expected_output_tokens)
+        return max(expected - len(self.output_token_ids), min(1, self.remaining_output))
+
     def token_at(self, pos: int) -> int:
         n = len(self.prompt_token_ids)
         return self.prompt_token_ids[pos] if pos < n else self.output_token_ids[pos - n]

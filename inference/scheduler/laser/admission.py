@@ -15,7 +15,7 @@ from inference.sequence import Sequence
 def cold_job_cost(seq: Sequence, sp: Speeds, concurrency: int) -> float:
     """Seconds of a whole step's capacity the job uses: its tokens, plus its share of the
     fixed step cost when ``concurrency`` sequences decode together."""
-    out = seq.remaining_output
+    out = seq.expected_output_left
     return (prefill_left(seq) + out) * sp.per_token_s + out * sp.base_s / concurrency
 
 

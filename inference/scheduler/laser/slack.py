@@ -48,7 +48,7 @@ def work_s(seq: Sequence, sp: Speeds, *, worst: bool = False) -> float:
     left = prefill_left(seq)
     chunks = -(-(left + 1) // sp.chunk) - 1
     step = sp.full_step_s if worst else sp.step_s
-    return left * sp.per_token_s + chunks * sp.base_s + seq.remaining_output * step
+    return left * sp.per_token_s + chunks * sp.base_s + seq.expected_output_left * step
 
 
 def cold_slack(seq: Sequence, now: float, sp: Speeds) -> float:
@@ -79,6 +79,6 @@ def cold_need_tokens(cold: Iterable[Sequence], now: float, sp: Speeds) -> float:
         left = prefill_left(seq)
         if not left or seq.deadline is None:
             continue
-        steps = (seq.deadline - now) / sp.step_s - seq.remaining_output
+        steps = (seq.deadline - now) / sp.step_s - seq.expected_output_left
         need += left / max(1.0, steps)
     return need

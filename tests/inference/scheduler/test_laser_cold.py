@@ -71,6 +71,18 @@ def test_admission_refuses_cold_that_cannot_meet_its_deadline():
     sched.add(make_request("ok", 8, max_tokens=10, tier=Tier.COLD, deadline=30.0), 0.0)
 
 
+def test_admission_plans_for_the_profiles_expected_output_not_max_tokens():
+    """The request's profile is what the scheduler plans from: a job expected to stop after
+    10 of its 50 allowed tokens meets a deadline the 50-token worst case would not."""
+    from dataclasses import replace
+
+    sched = laser(knobs(OFF, admission_enabled=True))
+    [seq] = make_request("c", 8, max_tokens=50, tier=Tier.COLD, deadline=20.0)
+    seq.profile = replace(seq.profile, expected_output_tokens=10)
+    assert (seq.remaining_output, seq.expected_output_left) == (50, 10)
+    sched.add([seq], 0.0)
+
+
 def test_admission_protects_admitted_cold_with_later_deadlines():
     sched = laser(knobs(OFF, admission_enabled=True), cost=LinearCost(1.0, 0.1),
                   max_num_seqs=1, max_num_batched_tokens=8, long_prefill_chunk=8)
