@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.layer_ops import O_PROJ, QKV, TorchOps
+from kernels import O_PROJ, QKV, TorchOps
 
 from .config import ModelConfig
 from .metadata import AttentionMetadata

@@ -7,9 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
-from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
-from kernels.layer_ops import DOWN, GATE_UP
-from kernels.packing import LayerParams, pack_model
+from kernels import DOWN, GATE_UP, LayerBackend, LayerParams, LayerShape, Packing
 
 from .attention import Attention
 from .config import ModelConfig
@@ -44,7 +42,7 @@ class DecoderLayer(nn.Module):
         self.backend = LayerBackend()  # see LlamaModel.pack_linears
 
     def params(self, blocks: tuple = (None,) * 4) -> LayerParams:
-        """This layer's final weights, for `kernels.packing.pack_model`."""
+        """This layer's final weights, for `kernels.pack_model`."""
         attn = self.attn
         return LayerParams((attn.qkv_weight, attn.o_weight, self.gate_up_weight,
                             self.down_weight), blocks, attn.qkv_bias,
@@ -86,7 +84,7 @@ class LlamaModel(nn.Module):
         # state-dict name -> (GGML type, raw GGUF rows): set by the loader for a GGUF on CPU
         self.quant_blocks: dict[str, tuple[int, torch.Tensor]] = {}
         self.packing: Packing
-        self.set_pack_state(unpacked(config.num_layers))
+        self.set_pack_state(kernels.unpacked(config.num_layers))
 
     @property
     def head(self) -> torch.Tensor:
@@ -110,7 +108,7 @@ class LlamaModel(nn.Module):
         attn, cfg = self.layers[0].attn, self.config
         shape = LayerShape(attn.heads, cfg.rms_norm_eps, attn.scale)
         head_name = "embed_tokens" if self.lm_head is None else "lm_head"
-        self.set_pack_state(pack_model(layers, self.head, self.quant_blocks.get(head_name),
+        self.set_pack_state(kernels.pack_model(layers, self.head, self.quant_blocks.get(head_name),
                                        shape, matmul_dtype, native_gemm))
         return self.packing.quantized or self.packing.head_packed is not None
 
@@ -142,7 +140,7 @@ class LlamaModel(nn.Module):
 
     def norm_out(self, hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """Final residual add + RMSNorm after the last layer."""
-        return final_norm(hidden, self.norm, self.config.rms_norm_eps, residual)
+        return kernels.final_norm(hidden, self.norm, self.config.rms_norm_eps, residual)
 
     def compute_logits(self, hidden: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled. `exact`
