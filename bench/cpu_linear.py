@@ -89,8 +89,10 @@ def model_step(threads: int) -> None:
 
 
 def _pack_mb(state) -> float:
-    """MB of the distinct buffers a ``LlamaModel.pack_state`` holds (views counted once)."""
+    """MB of the distinct buffers a ``LlamaModel.pack_state`` holds (views counted once),
+    less the float32 LM head every mode packs alike."""
     seen: dict[int, int] = {}
+    state = [[(layer.decode, layer.prompt) for layer in state.layers], state.head_screen]
 
     def walk(x) -> None:
         if isinstance(x, (tuple, list)):

@@ -296,9 +296,9 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     if both:  # each side's bound where it runs: 1 stream quant, 16 bfloat16
         state = engine.runner._pack_sets[0][0]
         mixed = bounds(engine, "mixed", bw, gflops)
-    if state[0]:  # quantized: the packed blocks a decode step reads
-        _, screen, layers = state
-        weight_bytes = sum(p.nbytes for packs in layers for p in packs[:4]) + screen.nbytes
+    if state.quantized:  # the packed blocks a decode step reads
+        weight_bytes = (sum(p.nbytes for layer in state.layers for p in layer.decode)
+                        + state.head_screen.nbytes)
         one = bw * 1e9 / weight_bytes
         many = mixed["bound_16_tok_s"] if both else 16 * one
         return {"params": params, "weight_bytes": weight_bytes, "bound_1_tok_s": one,

@@ -4,15 +4,22 @@ Each op lives in ``kernels/<op>.py`` (its math in the docstring, ``<op>_referenc
 PyTorch, and the public ``<op>()`` that dispatches, see :mod:`kernels.dispatch`); its Triton
 kernel and launcher live in ``kernels/_triton/<op>.py``, imported only on first use so that
 importing ``kernels`` never imports Triton. No Django here.
+
+A model reaches the kernels through one backend per layer, chosen once when its weights are
+packed (:func:`pack_model`, :mod:`kernels.backends`): it asks that backend, each step, for the
+op set to run the layer on (:mod:`kernels.layer_ops`: these ops, or the C kernels of
+``kernels/_cpu``) or for the whole layer, or the whole stack, as one C call.
 """
 
 from __future__ import annotations
 
 from kernels.activation import silu_and_mul
+from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
 from kernels.cpu_allocator import tune_cpu_allocator
 from kernels.decode_attention import block_index, paged_decode_attention
 from kernels.dispatch import backend, use_native, use_triton
 from kernels.kv_cache import write_kv
+from kernels.layer_ops import DOWN, GATE_UP, O_PROJ, QKV, CpuOps, TorchOps
 from kernels.linear import (
                             Q8,
                             QUANT,
@@ -23,20 +30,33 @@ from kernels.linear import (
                             pack_quant_weight,
                             quant_supported,
 )
+from kernels.packing import LayerParams, pack_model
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
+    "DOWN",
+    "GATE_UP",
+    "O_PROJ",
     "Q8",
+    "QKV",
     "QUANT",
     "QUANT_MODES",
+    "CpuOps",
+    "LayerBackend",
+    "LayerParams",
+    "LayerShape",
+    "Packing",
+    "TorchOps",
     "backend",
     "bf16_matmul_supported",
     "block_index",
     "build_cos_sin_cache",
+    "final_norm",
     "linear",
     "pack_linear_weight",
+    "pack_model",
     "pack_quant_weight",
     "paged_decode_attention",
     "paged_prefill_attention",
@@ -45,6 +65,7 @@ __all__ = [
     "rotary_embedding",
     "silu_and_mul",
     "tune_cpu_allocator",
+    "unpacked",
     "use_native",
     "use_triton",
     "write_kv",

@@ -180,7 +180,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     ``kernels.paged_prefill_attention``'s contract, or, without ``query_start_loc``,
     ``kernels.paged_decode_attention``'s (one row per sequence); the result ``[T, H, D]`` in
     ``out_dtype``. Each query row is a decode-style pass over its keys: the quadratic work of
-    a long prompt belongs to SDPA (``Attention.forward`` sends only short chunks here)."""
+    a long prompt belongs to SDPA (``kernels.layer_ops.CpuOps`` sends only short chunks here)."""
     _check_all(torch.float32, q=q, k_cache=k_cache, v_cache=v_cache)
     _check_all(torch.int32, block_tables=block_tables, seq_lens=seq_lens)
     num_rows, num_heads, head_dim = q.shape
@@ -302,7 +302,7 @@ def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
 
 def rescore_top(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
                 k: int) -> bool:
-    """``LlamaModel.compute_logits``' exact pass in C (``laser_rescore_top``): each row's
+    """``kernels.Packing.logits``' exact pass in C (``laser_rescore_top``): each row's
     ``k`` (at most 256) largest screened ``logits`` ``[N, V]`` replaced in place by
     ``hidden`` ``[N, D]`` times ``weight`` ``[V, D]`` in float32. False (nothing done) where
     a tensor is not a contiguous float32 CPU one of those shapes."""

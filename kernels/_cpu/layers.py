@@ -48,10 +48,10 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
                   positions: torch.Tensor, cos_sin: torch.Tensor,
                   kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
                   scale: float) -> torch.Tensor:
-    """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` on the C kernels
-    and Laser's matmuls in one call; ``heads`` is (H, KVH, D). ``residual`` (float32) is
-    updated in place; the first layer passes ``x`` itself. Returns the down projection's
-    product, the next layer's ``x``.
+    """A whole Llama layer (``laser_decoder_layer``): ``DecoderLayer.forward`` over
+    ``kernels.layer_ops.CpuOps`` and Laser's matmuls in one call; ``heads`` is (H, KVH, D).
+    ``residual`` (float32) is updated in place; the first layer passes ``x`` itself. Returns
+    the down projection's product, the next layer's ``x``.
 
     The weights and norms are the model's own (float32, packed once); the tensors that change
     from step to step are checked here, the step's metadata once a step (``_step_args``)."""

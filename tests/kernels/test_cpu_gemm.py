@@ -112,7 +112,7 @@ def test_the_model_on_the_kernel_is_as_close_to_float32_as_on_onednn(monkeypatch
     for native in (False, True):
         model = _tiny_model()
         assert model.pack_linears(BF16, native_gemm=native)
-        kinds = {type(layer.down_packed) for layer in model.layers}
+        kinds = {type(layer.backend.decode[3]) for layer in model.layers}
         assert kinds == {_cpu.PackedBF16 if native else torch.Tensor}
         results[native] = _run(model, monkeypatch, "auto")
     onednn, ours = rel_err(results[False], exact), rel_err(results[True], exact)
@@ -135,13 +135,13 @@ def test_the_runner_gives_one_thread_decode_matmuls_to_the_kernel(threads, nativ
     finally:
         torch.set_num_threads(saved)
     layer = runner.model.layers[0]
-    assert isinstance(layer.gate_up_packed, _cpu.PackedBF16) is native
-    assert isinstance(runner.model.lm_head_screen, _cpu.PackedBF16) is native
+    assert isinstance(layer.backend.decode[2], _cpu.PackedBF16) is native
+    assert isinstance(runner.model.packing.head_screen, _cpu.PackedBF16) is native
     # prefill: the same bfloat16 weights with split float32 activations, or float32 oneDNN
-    exact = layer.exact_packs[0]
+    exact = layer.backend.prompt[0]
     assert exact.dtype == torch.float32
     if native:
-        assert exact.split and exact.data is layer.attn.qkv_packed.data
+        assert exact.split and exact.data is layer.backend.decode[0].data
     else:
         assert not isinstance(exact, _cpu.PackedBF16)
 
@@ -150,6 +150,7 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch) -> None:
     """``_cpu.decoder_layer`` runs the same C calls in the same order as the op-by-op native
     path: bit for bit the same logits, over prefill chunks (split) and decode steps."""
     from inference.model.llama import DecoderLayer
+    from kernels.backends import Packing
     from tests.kernels.test_model_triton_path import _run, _tiny_model
 
     model = _tiny_model()
@@ -161,10 +162,10 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch) -> None:
     monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
     fused = _run(model, monkeypatch, "auto")
     assert len(stacks) == 3 and not calls  # the whole stack in one C call a step
-    monkeypatch.setattr(type(model), "_stack", lambda *a: None)  # one C call a layer
+    monkeypatch.setattr(Packing, "_stack", lambda *a: None)  # one C call a layer
     assert torch.equal(_run(model, monkeypatch, "auto"), fused)
     assert len(calls) == 3 * len(model.layers)  # every layer of the three steps
     for layer in model.layers:
-        assert isinstance(layer, DecoderLayer) and layer.one_call
-        layer.one_call = False  # the op-by-op native path, same packs
+        assert isinstance(layer, DecoderLayer) and layer.backend.one_call
+        layer.backend.set_one_call(False)  # the op-by-op native path, same packs
     assert torch.equal(_run(model, monkeypatch, "auto"), fused)

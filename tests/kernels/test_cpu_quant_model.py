@@ -11,6 +11,7 @@ import kernels
 from inference.model import LlamaModel, ModelConfig
 from kernels import _cpu
 from kernels._cpu import quant
+from kernels.backends import Packing
 from tests.kernels.paged import rel_err
 
 if TYPE_CHECKING:
@@ -57,17 +58,18 @@ def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None
     stores: two-part activations (quant) stay within 1e-3 of it, one part in decode steps (q8)
     adds its own rounding. (The head's screen is rescored in float32 over the whole tiny
     vocabulary here: its tail has the one-part rounding in both modes.)"""
-    from inference.model import llama
+    from kernels import backends
 
-    monkeypatch.setattr(llama, "SCREEN_TOP", 96)
+    monkeypatch.setattr(backends, "SCREEN_TOP", 96)
     exact = _run(_model(blocks=True), monkeypatch)
     errs = {}
     for mode in kernels.QUANT_MODES:
         model = _model(blocks=True)
         assert model.pack_linears(mode) and model.quantized
-        assert {type(layer.down_packed) for layer in model.layers} == {quant.PackedQuant}
-        assert all(p.split for layer in model.layers for p in layer.exact_packs)
-        assert all(layer.down_packed.split == (mode == kernels.QUANT) for layer in model.layers)
+        assert {type(layer.backend.decode[3]) for layer in model.layers} == {quant.PackedQuant}
+        assert all(p.split for layer in model.layers for p in layer.backend.prompt)
+        assert all(layer.backend.decode[3].split == (mode == kernels.QUANT)
+                   for layer in model.layers)
         errs[mode] = rel_err(_run(model, monkeypatch), exact)
     assert 0 < errs[kernels.QUANT] <= 1e-3
     assert 3 * errs[kernels.QUANT] <= errs[kernels.Q8] <= 0.03
@@ -76,7 +78,7 @@ def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None
 def test_weights_without_blocks_are_quantised_to_q8_0(monkeypatch) -> None:
     model = _model()
     assert model.pack_linears(kernels.QUANT)
-    assert model.layers[0].down_packed.fmt == quant.Q8_0
+    assert model.layers[0].backend.decode[3].fmt == quant.Q8_0
     assert rel_err(_run(model, monkeypatch), _run(_model(), monkeypatch)) <= 0.05
 
 
@@ -95,15 +97,15 @@ def test_the_one_call_layer_equals_the_layer_op_by_op(monkeypatch, mode, threads
     monkeypatch.setattr(_cpu, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
     fused = _run(model, monkeypatch)
     assert len(stacks) == 3 and not calls  # the whole stack in one C call a step
-    monkeypatch.setattr(LlamaModel, "_stack", lambda *a: None)  # one C call a layer
+    monkeypatch.setattr(Packing, "_stack", lambda *a: None)  # one C call a layer
     assert torch.equal(_run(model, monkeypatch), fused)
     assert len(calls) == 3 * len(model.layers)
     for layer in model.layers:
-        layer.one_call = False
+        layer.backend.set_one_call(False)
     assert torch.equal(_run(model, monkeypatch), fused)
     _cpu.set_threads(1)
     for layer in model.layers:
-        layer.one_call = True
+        layer.backend.set_one_call(True)
     assert torch.equal(_run(model, monkeypatch), fused)
 
 
@@ -154,7 +156,7 @@ def test_rows_that_are_not_whole_blocks_fall_back_to_bfloat16(monkeypatch) -> No
     model = _tiny_model()
     model.pack_linears(kernels.QUANT)
     assert not model.quantized
-    assert not isinstance(model.layers[0].down_packed, quant.PackedQuant)
+    assert not isinstance(model.layers[0].backend.decode[3], quant.PackedQuant)
 
 
 @pytest.mark.parametrize("mode", kernels.QUANT_MODES)
@@ -168,7 +170,7 @@ def test_the_runner_packs_the_quantized_mode_and_uses_every_thread(mode) -> None
     finally:
         torch.set_num_threads(saved)
     assert runner.model.quantized and runner.pool_threads == 2
-    assert isinstance(runner.model.lm_head_screen, quant.PackedQuant)
+    assert isinstance(runner.model.packing.head_screen, quant.PackedQuant)
 
 
 def test_auto_picks_the_quantized_mode_where_it_has_a_vector_path(monkeypatch) -> None:
@@ -227,7 +229,7 @@ def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat
         assert auto.packs_in_use == side and auto.pool_threads == pool
         layer = auto.model.layers[0]
         want_type = quant.PackedQuant if side == "quant" else _cpu.PackedBF16
-        assert isinstance(layer.down_packed, want_type) and layer.one_call
+        assert isinstance(layer.backend.decode[3], want_type) and layer.backend.one_call
         assert auto.model.quantized == (side == "quant")
         assert torch.equal(got, alone[side].execute(_step(rows))), (rows, side)
 

@@ -39,10 +39,9 @@ def test_unpackable_weights_fall_back():
 
 
 def _unpack(model) -> None:
-    for layer in model.layers:
-        layer.attn.qkv_packed = layer.attn.o_packed = None
-        layer.gate_up_packed = layer.down_packed = layer.exact_packs = None
-    model.lm_head_packed = model.lm_head_screen = None
+    from kernels.backends import unpacked
+
+    model.set_pack_state(unpacked(len(model.layers)))
 
 
 def test_model_pack_linears_keeps_logits():
@@ -115,10 +114,10 @@ def test_model_packs_layers_in_bf16_and_keeps_the_head_exact():
             plain = run()
             assert model.pack_linears(torch.bfloat16)
             layer = model.layers[0]
-            assert {layer.gate_up_packed.dtype for layer in model.layers} == {torch.bfloat16}
-            assert [p.dtype for p in layer.packs(decode)] == [torch.bfloat16] * 4
-            assert [p.dtype for p in layer.packs(prefill)] == [torch.float32] * 4
-            assert model.lm_head_packed.dtype == torch.float32
+            assert {layer.backend.decode[2].dtype for layer in model.layers} == {torch.bfloat16}
+            assert [p.dtype for p in layer.backend.packs(decode)] == [torch.bfloat16] * 4
+            assert [p.dtype for p in layer.backend.packs(prefill)] == [torch.float32] * 4
+            assert model.packing.head_packed.dtype == torch.float32
             mixed = run()
         assert mixed[1].dtype == torch.float32
         assert rel_err(mixed[0], plain[0]) <= 1e-5  # the prefill: float32 throughout
@@ -132,7 +131,7 @@ def test_screened_lm_head_is_exact_where_it_matters():
     """Mixed precision scores the vocabulary with a bfloat16 head and rescores the best
     ``SCREEN_TOP`` of each row exactly: the largest logits equal the float32 head's, so does
     the argmax, and the tail stays within bfloat16 rounding."""
-    from inference.model.llama import SCREEN_TOP
+    from kernels.backends import SCREEN_TOP
     from tests.inference.engine.helpers import tiny_loaded
 
     model = tiny_loaded(seed=2).model
@@ -142,7 +141,7 @@ def test_screened_lm_head_is_exact_where_it_matters():
     try:
         with torch.inference_mode():
             model.pack_linears(torch.bfloat16)
-            assert model.lm_head_screen is not None
+            assert model.packing.head_screen is not None
             got = model.compute_logits(hidden)
         exact = F.linear(hidden, head)
         # the screen's K best hold the true best K/4 (near the K-th, rounding may swap ranks)

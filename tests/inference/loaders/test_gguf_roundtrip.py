@@ -7,7 +7,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from inference.loaders import load_model
-from inference.model.generate_simple import greedy
+from tests.inference.greedy import greedy
 from tests.inference.loaders.gguf_writer import llama_cpp_permute, write_tiny_gguf
 from tests.inference.model.tiny_llama import make_hf_llama
 

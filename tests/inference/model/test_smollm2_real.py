@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from inference.loaders import default_model_path, load_model
-from inference.model.generate_simple import greedy
+from tests.inference.greedy import greedy
 
 pytestmark = pytest.mark.slow
 

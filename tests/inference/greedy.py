@@ -1,4 +1,4 @@
-"""Minimal greedy generation over `LlamaModel` with a private KV cache (tests, CLI fallback).
+"""Minimal greedy generation over `LlamaModel` with a private KV cache (test helper).
 
 Not the engine: one sequence at a time, contiguous blocks, no scheduling. It exercises exactly
 the forward the engine uses (paged cache, prefill then q_len-1 decode steps).
@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from .llama import LlamaModel
-from .metadata import AttentionMetadata
+from inference.model import AttentionMetadata, LlamaModel
 
 BLOCK_SIZE = 16
 

@@ -1,0 +1,99 @@
+"""Packing a decoder's weights for a matmul mode, once, into a ``kernels.backends.Packing``.
+
+``matmul_dtype`` None keeps each projection in its own dtype (oneDNN-packed on a CPU). bfloat16
+(for a float32 model) packs the layers' projections in bfloat16 for decode steps: mixed
+precision, see ``kernels.linear``. Steps with prompt tokens keep float32 packs and the exact LM
+head: with the prompt's KV cache exact, the bfloat16 decode steps gave the float32 greedy
+answers to all eight prompts of ``bench/cpu_precision.py`` where bfloat16 prefills changed four
+of them (docs/benchmarks.md). The LM head keeps its own dtype for the largest logits; a
+bfloat16 copy only screens the vocabulary in decode steps (``Packing.logits``).
+
+``native_gemm`` packs the bfloat16 copies for Laser's own matmul
+(``pack_linear_weight(..., native=True)``) where it builds: the runner asks for it when decode
+steps run on one thread. Steps with prompt tokens then multiply the same bfloat16 weights with
+their float32 activations split in two bfloat16 parts (only the weights rounded;
+``_cpu.PackedBF16.split_view``) instead of a float32 copy: no second copy of the projections,
+and faster than float32 oneDNN. With every projection on Laser's matmul and no QKV bias a
+layer runs as one C call, and the whole stack too.
+
+``QUANT`` / ``Q8``: every projection and the LM head screen on the quantized matmul, from the
+GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with prompt tokens
+quantise their activations in two parts (``PackedQuant.split_view``), decode steps too with
+``QUANT``: with one part, 4 of bench/cpu_precision.py's 8 answers left float32's, with two none
+did. The head screens every step, prompts included: its ``SCREEN_TOP`` best logits are
+rescored in float32 on the dequantised weights, so the greedy choice is exact there too, and
+no step reads the 113 MB float32 head. Where the quantized matmul does not serve (no C
+compiler, no AVX2, rows not in 32-blocks) the mode falls back to what ``auto`` would pick else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import _cpu
+from kernels.backends import LayerBackend, LayerShape, Packing
+from kernels.dispatch import use_native
+from kernels.linear import (
+    QUANT,
+    QUANT_MODES,
+    bf16_matmul_supported,
+    pack_linear_weight,
+    pack_quant_weight,
+    quant_supported,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """One decoder layer's final weights: the projections ``(qkv, o, gate_up, down)``, each
+    ``[out, in]``, with their GGUF blocks where kept (GGML type, raw rows; else None), the QKV
+    bias and the two norms."""
+
+    projections: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    blocks: tuple
+    qkv_bias: torch.Tensor | None
+    norms: tuple[torch.Tensor, torch.Tensor]
+
+
+def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
+               matmul_dtype: torch.dtype | str | None = None,
+               native_gemm: bool = False) -> Packing:
+    """A :class:`Packing` of ``layers`` and the LM ``head`` ``[V, D]`` for ``matmul_dtype``
+    (module doc); where nothing packs here (CUDA, ``LASER_KERNELS=reference``...) its packs
+    are None and the ops multiply the plain weights."""
+    if matmul_dtype in QUANT_MODES:
+        blocks_fit = all(w.shape[1] % 32 == 0 for w in layers[0].projections)
+        if quant_supported() and use_native(head) and blocks_fit:
+            return _pack_quant(layers, head, head_blocks, shape, matmul_dtype == QUANT)
+        matmul_dtype = torch.bfloat16 if bf16_matmul_supported() else None
+    mixed = matmul_dtype is not None
+    backends = []
+    for layer in layers:
+        weights = layer.projections
+        packs = tuple(pack_linear_weight(w, matmul_dtype, native_gemm) for w in weights)
+        exact = mixed and packs[0] is not None and packs[0].dtype != weights[0].dtype
+        ours = all(isinstance(p, _cpu.PackedBF16) for p in packs)
+        if exact and ours:
+            # Laser's matmul: the same bfloat16 weights, float32 activations split in two
+            prompt = tuple(p.split_view() for p in packs)
+        else:
+            prompt = tuple(pack_linear_weight(w) for w in weights) if exact else None
+        backends.append(LayerBackend(packs, prompt, ours and layer.qkv_bias is None,
+                                     layer.norms, shape))
+    screen = (pack_linear_weight(head, matmul_dtype, native_gemm)
+              if mixed and matmul_dtype != head.dtype else None)
+    return Packing(backends, pack_linear_weight(head), screen)
+
+
+def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
+                split_decode: bool) -> Packing:
+    backends = []
+    for layer in layers:
+        packs = tuple(pack_quant_weight(w, b) for w, b in zip(layer.projections, layer.blocks))
+        split = tuple(p.split_view() for p in packs)
+        backends.append(LayerBackend(split if split_decode else packs, split,
+                                     layer.qkv_bias is None, layer.norms, shape))
+    return Packing(backends, pack_linear_weight(head), pack_quant_weight(head, head_blocks),
+                   quantized=True)
