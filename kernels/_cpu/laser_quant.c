@@ -161,32 +161,96 @@ static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
     *sum = s;
 }
 
-/* rows m of x -> rows m * parts + p of a (p = 1: what part 0 left) */
-static void quantize_acts(const void *x, int x_dtype, int64_t M, int64_t K, int parts, qact *a) {
+/* what part 0 (q, scale e) left of x, in steps of e / 256 (|rest| <= e / 2) */
+static void quantize_rest(const float *x, const int8_t *q, float e, int8_t *q2, float *e2o,
+                          int32_t *sum) {
+    float e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < QK; i++) {
+        float v = nearbyintf((x[i] - e * (float)q[i]) * inv);
+        q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        s += q2[i];
+    }
+    *e2o = e2;
+    *sum = s;
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* quantize_block (and quantize_rest) on eight lanes, the same operations on each value, so
+ * the same bits: the maximum is exact in any order; VROUNDPS to nearest is nearbyintf in the
+ * default rounding mode; the integers are exact. */
+static inline __m256i pack_q8(const __m256 f[4]) { /* 32 integral floats in -127..127 */
+    __m256i a = _mm256_packs_epi32(_mm256_cvtps_epi32(f[0]), _mm256_cvtps_epi32(f[1]));
+    __m256i b = _mm256_packs_epi32(_mm256_cvtps_epi32(f[2]), _mm256_cvtps_epi32(f[3]));
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline int32_t sum_q8(const __m256 f[4]) {
+    __m256 t = _mm256_add_ps(_mm256_add_ps(f[0], f[1]), _mm256_add_ps(f[2], f[3])); /* exact */
+    __m256i v = _mm256_cvtps_epi32(t);
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+static void quantize_block_avx2(const float *x, int parts, int8_t *q, float *e, int32_t *sum,
+                                int8_t *q2, float *e2, int32_t *sum2) {
+    const int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], f[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(_mm256_and_ps(v[i], absmask), m); /* NaN skipped, as the C loop */
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float d = _mm_cvtss_f32(h) / 127.0f, id = d ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 4; i++)
+        f[i] = _mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)), round);
+    _mm256_storeu_si256((__m256i *)q, pack_q8(f));
+    *e = d;
+    *sum = sum_q8(f);
+    if (parts < 2) return;
+    float ed = d * (1.0f / 256), inv = d ? 1.0f / ed : 0.0f;
+    for (int i = 0; i < 4; i++) {
+        __m256 r = _mm256_sub_ps(v[i], _mm256_mul_ps(_mm256_set1_ps(d), f[i]));
+        r = _mm256_round_ps(_mm256_mul_ps(r, _mm256_set1_ps(inv)), round);
+        f[i] = _mm256_max_ps(_mm256_min_ps(r, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
+    }
+    _mm256_storeu_si256((__m256i *)q2, pack_q8(f));
+    *e2 = ed;
+    *sum2 = sum_q8(f);
+}
+#endif
+
+/* rows m0 .. m1 - 1 of x -> rows m * parts + p of a (p = 1: what part 0 left); vec: on
+ * AVX2 (the scalar path, the reference, quantises in plain C: the tests compare the two) */
+static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, int64_t K,
+                          int parts, int vec, const qact *a) {
     int64_t nb = K / QK;
     float row[QK];
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = m0; m < m1; m++)
         for (int64_t b = 0; b < nb; b++) {
             if (x_dtype == F32)
                 memcpy(row, (const float *)x + m * K + b * QK, sizeof row);
             else
                 for (int i = 0; i < QK; i++)
                     row[i] = bf16_to_f32(((const uint16_t *)x)[m * K + b * QK + i]);
-            int64_t r = m * parts;
-            quantize_block(row, a->q + r * K + b * QK, a->e + r * nb + b, a->sum + r * nb + b);
-            if (parts == 2) { /* what q1 left, in steps of e1 / 256 (|rest| <= e1 / 2) */
-                const int8_t *q = a->q + r * K + b * QK;
-                int8_t *q2 = a->q + (r + 1) * K + b * QK;
-                float e = a->e[r * nb + b], e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
-                int32_t s = 0;
-                for (int i = 0; i < QK; i++) {
-                    float v = nearbyintf((row[i] - e * (float)q[i]) * inv);
-                    q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
-                    s += q2[i];
-                }
-                a->e[(r + 1) * nb + b] = e2;
-                a->sum[(r + 1) * nb + b] = s;
+            int64_t r = m * parts, i0 = r * K + b * QK, i1 = (r + parts - 1) * K + b * QK;
+            int64_t s0 = r * nb + b, s1 = (r + parts - 1) * nb + b;
+#if defined(__AVX2__) && defined(__FMA__)
+            if (vec) {
+                quantize_block_avx2(row, parts, a->q + i0, a->e + s0, a->sum + s0, a->q + i1,
+                                    a->e + s1, a->sum + s1);
+                continue;
             }
+#endif
+            quantize_block(row, a->q + i0, a->e + s0, a->sum + s0);
+            if (parts == 2) quantize_rest(row, a->q + i0, a->e[s0], a->q + i1, a->e + s1,
+                                          a->sum + s1);
         }
 }
 
@@ -228,7 +292,7 @@ static inline int32_t block_isum(const uint8_t *blk, int fmt, int hdr, int r, co
 }
 
 /* plain C: the reference every vector path equals. With two parts the sums meet as
- * 256 s1 + s2 at the second part's scale (quantize_acts). */
+ * 256 s1 + s2 at the second part's scale (quantize_rows). */
 static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
     int fmt = j->fmt, bb = laser_q_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
     int64_t nb = j->K / QK;
@@ -551,6 +615,23 @@ static void q_task(void *arg, int64_t task) {
             tile(j, g, m0, j->M - m0 < mr_max ? (int)(j->M - m0) : mr_max);
 }
 
+/* the activations' buffer: one per calling thread, kept between calls up to KEEP_BYTES (a
+ * decode step's calls reuse it; malloc's fresh pages for each call cost more than the
+ * quantisation, and a long prompt's buffer is not held) */
+enum { KEEP_BYTES = 1 << 20 };
+static _Thread_local char *kept;
+static _Thread_local size_t kept_bytes;
+
+static char *act_buffer(size_t bytes) {
+    if (bytes > KEEP_BYTES) return (char *)malloc(bytes);
+    if (bytes > kept_bytes) {
+        free(kept);
+        kept = (char *)malloc(KEEP_BYTES);
+        kept_bytes = kept ? KEEP_BYTES : 0;
+    }
+    return kept;
+}
+
 /* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
  * up to `threads` threads of the pool; split: two-part activations (module comment) */
 void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
@@ -559,11 +640,13 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     int64_t R = M * parts, nb = K / QK;
     qjob j = {.w = w, .fmt = fmt, .parts = parts, .out_dtype = out_dtype,
               .isa = laser_quant_isa(-1), .M = M, .K = K, .N = N, .out = (char *)out};
-    char *buf = (char *)malloc((size_t)(R * K + R * nb * 8));
+    size_t bytes = (size_t)(R * K + R * nb * 8);
+    char *buf = act_buffer(bytes);
+    if (!buf) return;
     j.a.q = (int8_t *)buf;
     j.a.e = (float *)(buf + R * K);
     j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
-    quantize_acts(x, x_dtype, M, K, parts, &j.a);
+    quantize_rows(x, x_dtype, 0, M, K, parts, j.isa != ISA_SCALAR, &j.a);
     j.groups = (N + QG - 1) / QG;
     if (threads < 1) threads = 1;
     int64_t tasks = threads > 1 ? threads * 8 : 1;
@@ -571,5 +654,5 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     j.groups_per_task = (j.groups + tasks - 1) / tasks;
     tasks = (j.groups + j.groups_per_task - 1) / j.groups_per_task;
     laser_pool_run(q_task, &j, tasks, threads);
-    free(buf);
+    if (buf != kept) free(buf);
 }
