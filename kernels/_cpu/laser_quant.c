@@ -31,6 +31,7 @@
 #include "laser_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -615,21 +616,28 @@ static void q_task(void *arg, int64_t task) {
             tile(j, g, m0, j->M - m0 < mr_max ? (int)(j->M - m0) : mr_max);
 }
 
-/* the activations' buffer: one per calling thread, kept between calls up to KEEP_BYTES (a
- * decode step's calls reuse it; malloc's fresh pages for each call cost more than the
- * quantisation, and a long prompt's buffer is not held) */
+/* the activations' buffer: one of KEEP_BYTES per calling thread, kept between calls (a decode
+ * step's calls reuse it: malloc's fresh pages for each call cost more than the quantisation)
+ * and freed when the thread ends; a larger one (a long prompt's) is not kept */
 enum { KEEP_BYTES = 1 << 20 };
-static _Thread_local char *kept;
-static _Thread_local size_t kept_bytes;
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+static void kept_key_create(void) { pthread_key_create(&kept_key, free); }
 
 static char *act_buffer(size_t bytes) {
     if (bytes > KEEP_BYTES) return (char *)malloc(bytes);
-    if (bytes > kept_bytes) {
-        free(kept);
-        kept = (char *)malloc(KEEP_BYTES);
-        kept_bytes = kept ? KEEP_BYTES : 0;
+    pthread_once(&kept_once, kept_key_create);
+    char *buf = (char *)pthread_getspecific(kept_key);
+    if (!buf && (buf = (char *)malloc(KEEP_BYTES)) && pthread_setspecific(kept_key, buf)) {
+        free(buf);
+        return (char *)malloc(bytes);
     }
-    return kept;
+    return buf;
+}
+
+static void act_buffer_done(char *buf, size_t bytes) {
+    if (bytes > KEEP_BYTES || buf != pthread_getspecific(kept_key)) free(buf);
 }
 
 /* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
@@ -654,5 +662,5 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     j.groups_per_task = (j.groups + tasks - 1) / tasks;
     tasks = (j.groups + j.groups_per_task - 1) / j.groups_per_task;
     laser_pool_run(q_task, &j, tasks, threads);
-    if (buf != kept) free(buf);
+    act_buffer_done(buf, bytes);
 }

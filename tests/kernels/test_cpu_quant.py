@@ -142,6 +142,25 @@ def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
                 assert torch.equal(got, want[:rows]), (used, threads, rows)
 
 
+def test_calls_from_many_threads_at_once_keep_their_own_activations() -> None:
+    """Each calling thread quantises into its own buffer (kept between its calls): calls from
+    threads at once, large and small (a long prompt's buffer is not the kept one), each get
+    their own product."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    raw, _ = _weight(quant.Q4_1, 48, 1536)
+    packed = quant.pack_q(raw, quant.Q4_1, 48, 1536).split_view()
+    xs = [torch.randn(rows, 1536) for rows in (1, 5, 64, 300, 3, 16, 200, 7)]
+    want = [quant.gemm_q(x, packed, threads=1) for x in xs]
+
+    def run(i: int) -> bool:
+        return all(torch.equal(quant.gemm_q(xs[i], packed, threads=1 + i % 2), want[i])
+                   for _ in range(20))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(run, range(len(xs))))
+
+
 def test_bfloat16_in_and_out() -> None:
     raw, _ = _weight(quant.Q4_1, 40, 64)
     packed = quant.pack_q(raw, quant.Q4_1, 40, 64)
