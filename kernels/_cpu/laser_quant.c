@@ -27,10 +27,20 @@
  * and plain C. Each sums the integers exactly and the floats in the same order with the same
  * fused multiply-adds, so all give the same bits (tests/kernels/test_cpu_quant.py checks it).
  * Threads: the groups are split over laser_pool_run's workers.
+ *
+ * Memory: a group runs its rows in tiles of up to 4 (each block's weights unpacked once per
+ * tile); the first tile reads the group's weights from memory, the others find them in L1.
+ * That first tile prefetches the next group's blocks as it goes, so a step's weights (96 MB
+ * for SmolLM2-135M: never in cache from one step to the next) arrive while this group
+ * computes: without it every group began with a stall on memory that the hardware prefetcher,
+ * idle during the other tiles, did not hide (issue 22: 1.2-1.4x a decode step of 1-16 rows).
+ * The activations are quantised once per call (on AVX2 where the tiles are vector ones) into
+ * a buffer each calling thread keeps.
  */
 #include "laser_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -161,32 +171,96 @@ static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
     *sum = s;
 }
 
-/* rows m of x -> rows m * parts + p of a (p = 1: what part 0 left) */
-static void quantize_acts(const void *x, int x_dtype, int64_t M, int64_t K, int parts, qact *a) {
+/* what part 0 (q, scale e) left of x, in steps of e / 256 (|rest| <= e / 2) */
+static void quantize_rest(const float *x, const int8_t *q, float e, int8_t *q2, float *e2o,
+                          int32_t *sum) {
+    float e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < QK; i++) {
+        float v = nearbyintf((x[i] - e * (float)q[i]) * inv);
+        q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        s += q2[i];
+    }
+    *e2o = e2;
+    *sum = s;
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* quantize_block (and quantize_rest) on eight lanes, the same operations on each value, so
+ * the same bits: the maximum is exact in any order; VROUNDPS to nearest is nearbyintf in the
+ * default rounding mode; the integers are exact. */
+static inline __m256i pack_q8(const __m256 f[4]) { /* 32 integral floats in -127..127 */
+    __m256i a = _mm256_packs_epi32(_mm256_cvtps_epi32(f[0]), _mm256_cvtps_epi32(f[1]));
+    __m256i b = _mm256_packs_epi32(_mm256_cvtps_epi32(f[2]), _mm256_cvtps_epi32(f[3]));
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline int32_t sum_q8(const __m256 f[4]) {
+    __m256 t = _mm256_add_ps(_mm256_add_ps(f[0], f[1]), _mm256_add_ps(f[2], f[3])); /* exact */
+    __m256i v = _mm256_cvtps_epi32(t);
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+static void quantize_block_avx2(const float *x, int parts, int8_t *q, float *e, int32_t *sum,
+                                int8_t *q2, float *e2, int32_t *sum2) {
+    const int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], f[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(_mm256_and_ps(v[i], absmask), m); /* NaN skipped, as the C loop */
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float d = _mm_cvtss_f32(h) / 127.0f, id = d ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 4; i++)
+        f[i] = _mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)), round);
+    _mm256_storeu_si256((__m256i *)q, pack_q8(f));
+    *e = d;
+    *sum = sum_q8(f);
+    if (parts < 2) return;
+    float ed = d * (1.0f / 256), inv = d ? 1.0f / ed : 0.0f;
+    for (int i = 0; i < 4; i++) {
+        __m256 r = _mm256_sub_ps(v[i], _mm256_mul_ps(_mm256_set1_ps(d), f[i]));
+        r = _mm256_round_ps(_mm256_mul_ps(r, _mm256_set1_ps(inv)), round);
+        f[i] = _mm256_max_ps(_mm256_min_ps(r, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-127.0f));
+    }
+    _mm256_storeu_si256((__m256i *)q2, pack_q8(f));
+    *e2 = ed;
+    *sum2 = sum_q8(f);
+}
+#endif
+
+/* rows m0 .. m1 - 1 of x -> rows m * parts + p of a (p = 1: what part 0 left); vec: on
+ * AVX2 (the scalar path, the reference, quantises in plain C: the tests compare the two) */
+static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, int64_t K,
+                          int parts, int vec, const qact *a) {
     int64_t nb = K / QK;
     float row[QK];
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = m0; m < m1; m++)
         for (int64_t b = 0; b < nb; b++) {
             if (x_dtype == F32)
                 memcpy(row, (const float *)x + m * K + b * QK, sizeof row);
             else
                 for (int i = 0; i < QK; i++)
                     row[i] = bf16_to_f32(((const uint16_t *)x)[m * K + b * QK + i]);
-            int64_t r = m * parts;
-            quantize_block(row, a->q + r * K + b * QK, a->e + r * nb + b, a->sum + r * nb + b);
-            if (parts == 2) { /* what q1 left, in steps of e1 / 256 (|rest| <= e1 / 2) */
-                const int8_t *q = a->q + r * K + b * QK;
-                int8_t *q2 = a->q + (r + 1) * K + b * QK;
-                float e = a->e[r * nb + b], e2 = e * (1.0f / 256), inv = e ? 1.0f / e2 : 0.0f;
-                int32_t s = 0;
-                for (int i = 0; i < QK; i++) {
-                    float v = nearbyintf((row[i] - e * (float)q[i]) * inv);
-                    q2[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
-                    s += q2[i];
-                }
-                a->e[(r + 1) * nb + b] = e2;
-                a->sum[(r + 1) * nb + b] = s;
+            int64_t r = m * parts, i0 = r * K + b * QK, i1 = (r + parts - 1) * K + b * QK;
+            int64_t s0 = r * nb + b, s1 = (r + parts - 1) * nb + b;
+#if defined(__AVX2__) && defined(__FMA__)
+            if (vec) {
+                quantize_block_avx2(row, parts, a->q + i0, a->e + s0, a->sum + s0, a->q + i1,
+                                    a->e + s1, a->sum + s1);
+                continue;
             }
+#endif
+            quantize_block(row, a->q + i0, a->e + s0, a->sum + s0);
+            if (parts == 2) quantize_rest(row, a->q + i0, a->e[s0], a->q + i1, a->e + s1,
+                                          a->sum + s1);
         }
 }
 
@@ -228,7 +302,7 @@ static inline int32_t block_isum(const uint8_t *blk, int fmt, int hdr, int r, co
 }
 
 /* plain C: the reference every vector path equals. With two parts the sums meet as
- * 256 s1 + s2 at the second part's scale (quantize_acts). */
+ * 256 s1 + s2 at the second part's scale (quantize_rows). */
 static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
     int fmt = j->fmt, bb = laser_q_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
     int64_t nb = j->K / QK;
@@ -296,10 +370,14 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const int ahead = h == 0 && m0 == 0; /* the group's first tile: module comment */
     __m256 acc[4];
     for (int m = 0; m < 4; m++) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
+        if (ahead) /* the next group's block, while this group's rows compute */
+            for (int off = 0; off < bb; off += 64)
+                _mm_prefetch((const char *)(blk + nb * bb + off), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
         __m256 mv = FMT == Q4_1
                         ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
@@ -416,12 +494,16 @@ static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const int ahead = m0 == 0; /* the group's first tile: module comment */
     __m512 acc[4];
     for (int m = 0; m < 4; m++) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         _mm_prefetch((const char *)(blk + 4 * bb), _MM_HINT_T0);
         _mm_prefetch((const char *)(blk + 4 * bb + 256), _MM_HINT_T0);
+        if (ahead) /* the next group's block, while this group's rows compute */
+            for (int off = 0; off < bb; off += 64)
+                _mm_prefetch((const char *)(blk + nb * bb + off), _MM_HINT_T0);
         __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
         __m512 mv = FMT == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
                                 : _mm512_setzero_ps();
@@ -551,6 +633,30 @@ static void q_task(void *arg, int64_t task) {
             tile(j, g, m0, j->M - m0 < mr_max ? (int)(j->M - m0) : mr_max);
 }
 
+/* the activations' buffer: one of KEEP_BYTES per calling thread, kept between calls (a decode
+ * step's calls reuse it: malloc's fresh pages for each call cost more than the quantisation)
+ * and freed when the thread ends; a larger one (a long prompt's) is not kept */
+enum { KEEP_BYTES = 1 << 20 };
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+static void kept_key_create(void) { pthread_key_create(&kept_key, free); }
+
+static char *act_buffer(size_t bytes) {
+    if (bytes > KEEP_BYTES) return (char *)malloc(bytes);
+    pthread_once(&kept_once, kept_key_create);
+    char *buf = (char *)pthread_getspecific(kept_key);
+    if (!buf && (buf = (char *)malloc(KEEP_BYTES)) && pthread_setspecific(kept_key, buf)) {
+        free(buf);
+        return (char *)malloc(bytes);
+    }
+    return buf;
+}
+
+static void act_buffer_done(char *buf, size_t bytes) {
+    if (bytes > KEEP_BYTES || buf != pthread_getspecific(kept_key)) free(buf);
+}
+
 /* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
  * up to `threads` threads of the pool; split: two-part activations (module comment) */
 void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
@@ -559,11 +665,13 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     int64_t R = M * parts, nb = K / QK;
     qjob j = {.w = w, .fmt = fmt, .parts = parts, .out_dtype = out_dtype,
               .isa = laser_quant_isa(-1), .M = M, .K = K, .N = N, .out = (char *)out};
-    char *buf = (char *)malloc((size_t)(R * K + R * nb * 8));
+    size_t bytes = (size_t)(R * K + R * nb * 8);
+    char *buf = act_buffer(bytes);
+    if (!buf) return;
     j.a.q = (int8_t *)buf;
     j.a.e = (float *)(buf + R * K);
     j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
-    quantize_acts(x, x_dtype, M, K, parts, &j.a);
+    quantize_rows(x, x_dtype, 0, M, K, parts, j.isa != ISA_SCALAR, &j.a);
     j.groups = (N + QG - 1) / QG;
     if (threads < 1) threads = 1;
     int64_t tasks = threads > 1 ? threads * 8 : 1;
@@ -571,5 +679,5 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     j.groups_per_task = (j.groups + tasks - 1) / tasks;
     tasks = (j.groups + j.groups_per_task - 1) / j.groups_per_task;
     laser_pool_run(q_task, &j, tasks, threads);
-    free(buf);
+    act_buffer_done(buf, bytes);
 }

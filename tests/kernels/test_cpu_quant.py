@@ -95,6 +95,72 @@ def test_every_vector_path_and_thread_count_gives_the_same_bits(fmt, split) -> N
             assert torch.equal(quant.gemm_q(x, packed, threads=threads), want), (used, threads)
 
 
+def _edge_rows(rows: int, k: int) -> torch.Tensor:
+    """Random rows with blocks that test the activations' quantisation: all zeros (scale 0),
+    exact halves (ties that round to even; the second part's rest of +-1/2 clamps to 127),
+    one large value among small ones, and tiny values (still normal: where max|x| / 127 is
+    subnormal, 1 / e overflows and the C cast of the rounded value is undefined)."""
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 3
+    blocks = x.view(rows, -1, 32)
+    kinds = blocks.shape[1]
+    for r in range(rows):
+        kind = blocks[r, r % kinds]
+        match r % 5:
+            case 0:
+                kind.zero_()
+            case 1:
+                kind.copy_(torch.arange(-16, 16) + 0.5)
+                kind[0] = 127.0
+            case 2:
+                kind.mul_(1e-3)
+                kind[5] = -4e4
+            case 3:
+                kind.mul_(1e-30)
+    return x
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("n,k", [(16, 32), (33, 96), (70, 192), (131, 160)])
+def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
+    """Rows 1..70 (across every tile height a vector path takes, and its remainders), odd
+    widths, one and two threads: each vector path, its AVX2 quantisation of the activations
+    included, equals the plain C path (which quantises in plain C too)."""
+    raw, _ = _weight(fmt, n, k, seed=n)
+    packed = quant.pack_q(raw, fmt, n, k)
+    packed = packed.split_view() if split else packed
+    x = _edge_rows(70, k)
+    quant.isa(0)
+    want = quant.gemm_q(x, packed, threads=1)
+    for rows in range(1, 71):
+        assert torch.equal(quant.gemm_q(x[:rows], packed, threads=1), want[:rows]), rows
+    for level in ISA_LEVELS[1:]:
+        used = quant.isa(level)
+        for threads in (1, 2):
+            for rows in range(1, 71):
+                got = quant.gemm_q(x[:rows], packed, threads=threads)
+                assert torch.equal(got, want[:rows]), (used, threads, rows)
+
+
+def test_calls_from_many_threads_at_once_keep_their_own_activations() -> None:
+    """Each calling thread quantises into its own buffer (kept between its calls): calls from
+    threads at once, large and small (a long prompt's buffer is not the kept one), each get
+    their own product."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    raw, _ = _weight(quant.Q4_1, 48, 1536)
+    packed = quant.pack_q(raw, quant.Q4_1, 48, 1536).split_view()
+    xs = [torch.randn(rows, 1536) for rows in (1, 5, 64, 300, 3, 16, 200, 7)]
+    want = [quant.gemm_q(x, packed, threads=1) for x in xs]
+
+    def run(i: int) -> bool:
+        return all(torch.equal(quant.gemm_q(xs[i], packed, threads=1 + i % 2), want[i])
+                   for _ in range(20))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(run, range(len(xs))))
+
+
 def test_bfloat16_in_and_out() -> None:
     raw, _ = _weight(quant.Q4_1, 40, 64)
     packed = quant.pack_q(raw, quant.Q4_1, 40, 64)
