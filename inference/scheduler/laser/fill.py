@@ -110,6 +110,7 @@ class StepFill:
         self.hot_floor = MIN_HOT_CHUNK  # until the step holds a hot prefill chunk
         self._attn = getattr(view.cost, "prefill_attn_s", None)
         self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
+        self._fits: dict[tuple, int] = {}  # _fit_attention's answers this step (see there)
 
     # ---- the step -------------------------------------------------------------------------
     def run(self) -> FillResult:
@@ -281,6 +282,18 @@ class StepFill:
             self._run_one(key, seq, n)
 
     def _fit_attention(self, seq: Sequence, n: int, hot: bool) -> int:
+        """``_fit`` remembered for the step: a long queue asks the same question (same chunk,
+        same start, nothing taken in between) once per waiting sequence. The key holds all
+        the answer reads that can change within a step (the caps, the context and the
+        estimator are fixed once ``_limits`` ran)."""
+        key = (hot, n, seq.num_computed_tokens, self.used, self.attn_s, self.finish_by,
+               self.hot_floor if hot else 0)
+        got = self._fits.get(key)
+        if got is None:
+            got = self._fits[key] = self._fit(seq, n, hot)
+        return got
+
+    def _fit(self, seq: Sequence, n: int, hot: bool) -> int:
         """Largest prefill chunk up to ``n`` whose step, with its chunks' attention (quadratic
         in the chunk, linear in cached context; estimators that price it expose
         ``prefill_attn_s``), still fits the time cap and ends before the TTFT deadline of any
