@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seqs
 from dataclasses import dataclass
+from enum import Enum, auto
 
 from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.request import Tier
@@ -29,6 +30,15 @@ MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spen
 # a floor for every waiting hot prompt would add up past the cap in a burst)
 HOT = Tier.HOT
 Chunk = tuple[ScheduledSeq, list[BlockCopy]]
+
+
+class FillMode(Enum):
+    """Which work a step's fill takes: ``HOT`` only class 0 (hot and aged), ``OTHER`` all
+    but class 0 (a pausable step, under the pause cap), ``ALL`` both."""
+
+    HOT = auto()
+    OTHER = auto()
+    ALL = auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +78,7 @@ class FillResult:
     when class-0 work needs the paused forward's blocks, ``lent`` the running sequences that
     borrow the hot block reserve after the step; and what the policy learns from the step."""
 
-    mode: str
+    mode: FillMode
     items: tuple[Chunk, ...]
     started: tuple[Sequence, ...]
     preempted: tuple[Sequence, ...]
@@ -83,10 +93,9 @@ class FillResult:
 
 
 class StepFill:
-    """One step's fill. ``mode`` "hot" takes only class 0 (hot and aged) work, "other" only
-    the rest, "all" both (see ``LaserScheduler._fill``)."""
+    """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``)."""
 
-    def __init__(self, view: FillView, mode: str = "all") -> None:
+    def __init__(self, view: FillView, mode: FillMode = FillMode.ALL) -> None:
         self.v, self.now, self.mode = view, view.now, mode
         self.p, self.ab = view.policy, view.ablations
         self.budget = view.config.max_num_batched_tokens
@@ -136,8 +145,8 @@ class StepFill:
         keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
         waiting = [(keys.get(q.seq_id) or key(q), q) for q in v.waiting]
-        if self.mode != "all":  # class 0 only, or all but class 0
-            hot = self.mode == "hot"
+        if self.mode is not FillMode.ALL:  # class 0 only, or all but class 0
+            hot = self.mode is FillMode.HOT
             keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
             waiting = [(k, q) for k, q in waiting if (k[0] == 0) == hot]
         self.context = sum(q.num_computed_tokens for _, q in keyed)
@@ -184,10 +193,10 @@ class StepFill:
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
-        # a hot step between pausable ones (mode "hot") comes some time after the streams'
+        # a hot step between pausable ones (FillMode.HOT) comes some time after the streams'
         # last tokens: the gap is that wait plus this step, so the cap is what is left of it
         # (whole steps follow each other: the wait is 0 there)
-        waited = self.mode == "hot"
+        waited = self.mode is FillMode.HOT
         hot_tbt = [(q.targets.tbt_p99_s, self.now - q.last_token_time
                     if waited and q.last_token_time is not None else 0.0)
                    for k, q in decodes if k[0] == 0]
@@ -226,7 +235,7 @@ class StepFill:
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a pausable step: short enough layers that a hot arrival soon gets its turn
-        pause = [v.pause_cap_s] if self.mode == "other" else []
+        pause = [v.pause_cap_s] if self.mode is FillMode.OTHER else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s

@@ -10,7 +10,7 @@ import pytest
 
 from inference.kv.block_manager import BlockManager
 from inference.request import Tier
-from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.fill import FillMode, StepFill
 from inference.sequence import Sequence
 from inference.sim import SimConfig, simulate
 from inference.sim.cost_model import CostModel
@@ -73,7 +73,7 @@ def test_the_memo_follows_every_input_of_the_fit():
                            max_num_batched_tokens=2048, long_prefill_chunk=2048,
                            options={"cost": roofline()})
     seq = make_request("r0", prompt_len=6000)[0]
-    fill = StepFill(sched._view(0.0, "all"))
+    fill = StepFill(sched._view(0.0, FillMode.ALL))
     fill.context, fill.cap_s, fill.hot_cap_s = 20_000, 0.06, 0.1  # what _limits sets
     rng = random.Random(0)
     answers = set()
