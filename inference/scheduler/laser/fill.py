@@ -119,7 +119,6 @@ class StepFill:
         self.hot_floor = MIN_HOT_CHUNK  # until the step holds a hot prefill chunk
         self._attn = getattr(view.cost, "prefill_attn_s", None)
         self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
-        self._fits: dict[tuple, int] = {}  # _fit_attention's answers this step (see there)
 
     # ---- the step -------------------------------------------------------------------------
     def run(self) -> FillResult:
@@ -156,13 +155,34 @@ class StepFill:
         for k, q in decodes:
             self._run_one(k, q, 1)
         for group in self._by_class(prefills, waiting):
-            for k, q, is_waiting in group:
-                if self.used >= self.budget:
-                    return
-                if k[0] in self._spent:  # the class's allowance ran out earlier this step
-                    break
-                if is_waiting or q.seq_id not in self.gone:
-                    self._prefill(k, q, is_waiting)
+            if not self._walk(group):
+                return
+
+    def _walk(self, group: list) -> bool:
+        """Prefill chunks for one class's (key, sequence, is_waiting) in key order; False
+        once the step's budget is used up.
+
+        ``idle`` holds the (excess, start) of waiting sequences that got nothing since the
+        fill last changed: another waiting one with the same pair gets nothing either
+        (``_prefill`` reads nothing else of a waiting sequence before it acts), so a long
+        queue behind a spent allowance is passed over without asking again."""
+        idle: set[tuple[int, int]] = set()
+        for k, q, is_waiting in group:
+            if self.used >= self.budget:
+                return False
+            if k[0] in self._spent:  # the class's allowance ran out earlier this step
+                break
+            if is_waiting:
+                mark = (k[1], q.num_computed_tokens)
+                if mark in idle:
+                    continue
+                if self._prefill(k, q, True):
+                    idle.clear()
+                else:
+                    idle.add(mark)
+            elif q.seq_id not in self.gone and self._prefill(k, q, False):
+                idle.clear()
+        return True
 
     def _by_class(self, prefills, waiting):
         """Prefills and waiting requests in key order, one class at a time; a class whose
@@ -264,21 +284,23 @@ class StepFill:
             n = min(n, self.warm_cap - self.used_by_class[2])
         return n
 
-    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
+    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> bool:
+        """Give ``seq`` a prefill chunk if the step has room; False when the fill is left
+        as it was (nothing for it), True when something may have changed."""
         cls = key[0]
         v = self.v
         if key[1] and self.contract_first:
-            return  # excess waits while in-contract hot prompts are served (see _limits)
+            return False  # excess waits while in-contract hot prompts are served (_limits)
         if is_waiting and cls > 1 and (self._admit_closed
                                        or self.n_running >= v.config.max_num_seqs):
-            return  # cheap exit: _admit would refuse it (matters with a long queue)
+            return False  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
             self._spent.add(cls)  # allowances only shrink as the step fills (until a preemption)
-            return
+            return True
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
-            return
+            return False
         if is_waiting:
             # a cold/warm prompt admitted into the hot block reserve borrows it: hot short of
             # blocks preempts it first (``_preempt_below``). Kept out instead, the reserve's
@@ -289,20 +311,9 @@ class StepFill:
                 self.borrowed.append(seq.seq_id)
         else:
             self._run_one(key, seq, n)
+        return True
 
     def _fit_attention(self, seq: Sequence, n: int, hot: bool) -> int:
-        """``_fit`` remembered for the step: a long queue asks the same question (same chunk,
-        same start, nothing taken in between) once per waiting sequence. The key holds all
-        the answer reads that can change within a step (the caps, the context and the
-        estimator are fixed once ``_limits`` ran)."""
-        key = (hot, n, seq.num_computed_tokens, self.used, self.attn_s, self.finish_by,
-               self.hot_floor if hot else 0)
-        got = self._fits.get(key)
-        if got is None:
-            got = self._fits[key] = self._fit(seq, n, hot)
-        return got
-
-    def _fit(self, seq: Sequence, n: int, hot: bool) -> int:
         """Largest prefill chunk up to ``n`` whose step, with its chunks' attention (quadratic
         in the chunk, linear in cached context; estimators that price it expose
         ``prefill_attn_s``), still fits the time cap and ends before the TTFT deadline of any
