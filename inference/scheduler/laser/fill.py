@@ -22,7 +22,12 @@ from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.share import decodes_within, protected
-from inference.scheduler.laser.slack import Speeds, hot_slack_frac, warm_gap_s
+from inference.scheduler.laser.slack import (
+    Speeds,
+    hot_slack_frac,
+    min_hot_slack_frac,
+    warm_gap_s,
+)
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
 
@@ -223,16 +228,11 @@ class StepFill:
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        ttft_min = excess_min = math.inf
-        self.contract_first = False  # an in-contract hot prompt waits or prefills
-        for k, q in prefills + [w for w in waiting if w[0][0] == 0]:
-            if k[0] == 0:
-                self.contract_first |= not k[1]
-                slack = hot_slack_frac(q, self.now, sp)
-                if k[1]:
-                    excess_min = min(excess_min, slack)
-                else:
-                    ttft_min = min(ttft_min, slack)
+        prompts = [w for w in prefills if w[0][0] == 0] + [w for w in waiting if w[0][0] == 0]
+        # an in-contract hot prompt waits or prefills
+        self.contract_first = any(not k[1] for k, _ in prompts)
+        ttft_min = min_hot_slack_frac((q for k, q in prompts if not k[1]), self.now, sp)
+        excess_min = min_hot_slack_frac((q for k, q in prompts if k[1]), self.now, sp)
         self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
         self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:

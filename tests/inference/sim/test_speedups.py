@@ -12,6 +12,7 @@ import pytest
 from inference.kv.block_manager import BlockManager
 from inference.request import Tier
 from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.slack import Speeds, hot_slack_frac, min_hot_slack_frac
 from inference.sequence import Sequence
 from inference.sim import SimConfig, simulate
 from inference.sim.cost_model import CostModel
@@ -19,6 +20,7 @@ from inference.sim.profiles import GPUS, MODELS, traces_dir
 from inference.sim.scenarios import multi_turn
 from inference.sim.summary import TIMING, summarize
 from inference.sim.traces import TraceRequest
+from tests.inference.factories import make_request
 
 
 def overload_trace(n: int = 240, seed: int = 1) -> list[TraceRequest]:
@@ -109,6 +111,22 @@ def test_walk_asks_again_once_the_fill_changed():
     # b: a's pair, nothing changed since; c and d differ in excess or start; d acted, so x
     # (a's pair again) is asked; r (a running prefill) acted, so e is asked; f: e's pair
     assert asked == ["a", "c", "d", "x", "r", "e", "g"]
+
+
+def test_min_hot_slack_frac_is_the_least_hot_slack_frac_bit_for_bit():
+    rng = random.Random(2)
+    sp = Speeds(0.01, 3.3e-5, 0.013)
+    seqs = []
+    for i in range(300):
+        seq = make_request(f"r{i}", prompt_len=rng.randint(1, 3000), arrival=rng.uniform(0, 9))[0]
+        seq.num_computed_tokens = rng.randint(0, seq.num_tokens)
+        if rng.random() < 0.3:
+            seq.first_token_time = seq.arrival_time + 0.1
+        seqs.append(seq)
+    for n in (0, 1, 7, 300):
+        part = seqs[:n]
+        want = min((hot_slack_frac(q, 10.0, sp) for q in part), default=float("inf"))
+        assert min_hot_slack_frac(part, 10.0, sp) == want
 
 
 def _seq(tokens: int) -> Sequence:
