@@ -149,9 +149,13 @@ class BlockManager:
         """Register hashes of the sequence's full blocks that are now computed."""
         if not self.prefix_caching:
             return
-        hashes = self._hashes.setdefault(seq.seq_id, [])
         bs = self.block_size
         full = min(seq.num_computed_tokens // bs, len(seq.block_ids))
+        hashes = self._hashes.get(seq.seq_id)
+        if full <= (len(hashes) if hashes is not None else 0):
+            return  # no block filled up since the last call: most decode steps
+        if hashes is None:
+            hashes = self._hashes[seq.seq_id] = []
         for i in range(len(hashes), full):
             parent = hashes[-1] if hashes else None
             h = block_hash(parent, seq.salt, tuple(seq.tokens(i * bs, (i + 1) * bs)))

@@ -55,6 +55,8 @@ class RunResult:
     wall_s: float  # real seconds the run took
     pauses: int = 0  # forwards stopped between layers (SimConfig.layer_pause)
     batcher: LayerBatcher | None = None  # SimConfig.layer_decode_batching's counters
+    scheduler_s: float = 0.0  # CPU seconds (time.process_time) inside the policy's schedule()
+    schedule_calls: int = 0  # its calls: steps, plus empty plans and split forwards' hot steps
 
 
 def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
@@ -85,7 +87,8 @@ def simulate(trace: list[TraceRequest], cfg: SimConfig, *, cost: CostModel | Non
     run = _Run(trace, cfg, cost, sched, on_step)
     run.loop()
     return RunResult(cfg, run.acc, sched, sched.kv.num_blocks, run.now, run.steps,
-                     time.perf_counter() - t0, run.pauses, run.batcher)
+                     time.perf_counter() - t0, run.pauses, run.batcher, run.scheduler_s,
+                     run.schedule_calls)
 
 
 @dataclass(slots=True)
@@ -117,6 +120,7 @@ class _Run:
         self.acc = Accounting()
         self.max_len = MODELS[cfg.model].max_context
         self.now, self.steps, self.next = 0.0, 0, 0
+        self.scheduler_s, self.schedule_calls = 0.0, 0  # the policy's own cost (RunResult)
         self.paused: _Paused | None = None
         self.pauses = 0  # forwards stopped between layers
         self.hot_index = [i for i, r in enumerate(trace) if r.tier is Tier.HOT]
@@ -156,7 +160,10 @@ class _Run:
 
     def _step(self) -> None:
         s, acc = self.s, self.acc
+        t0 = time.process_time()
         plan = s.schedule(self.now)
+        self.scheduler_s += time.process_time() - t0
+        self.schedule_calls += 1
         for seq_id, change in plan.tier_changes:
             if change.from_tier is Tier.HOT:
                 acc.demoted(seq_id, change.at)

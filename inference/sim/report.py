@@ -35,6 +35,7 @@ ROWS = [  # (label, path into a summary, format)
     ("goodput (load)", ("goodput",), "{:.3f}"),
     ("sim steps", ("steps",), "{}"),
     ("sim wall s", ("wall_s",), "{:.1f}"),
+    ("scheduler CPU s", ("scheduler_s",), "{:.1f}"),
 ]
 
 TENANT_ROWS = [("hot attainment", "attainment", "{:.1%}"),

@@ -12,6 +12,7 @@ from inference.sim.config import Contracts
 from inference.sim.loop import RunResult
 
 TARGETS = {"hot": 0.99, "warm": 0.90, "cold": 0.99}  # attainment a load must keep (goodput)
+TIMING = ("wall_s", "scheduler_s")  # measured, not simulated: differ from run to run
 
 
 def _share(num: int, den: int) -> float:
@@ -116,6 +117,7 @@ def summarize(run: RunResult) -> dict:
         "promotions": acc.promotions, "kv_fragmentation": frag,
         "kv_fragmentation_kept_out": kept,
         "steps": run.steps, "sim_s": run.sim_end_s, "wall_s": run.wall_s,
+        "scheduler_s": run.scheduler_s, "schedule_calls": run.schedule_calls,
     }
     if run.config.layer_pause:
         out["layer_pauses"] = run.pauses

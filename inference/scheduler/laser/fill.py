@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seqs
 from dataclasses import dataclass
+from enum import Enum, auto
 
 from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.request import Tier
@@ -21,7 +22,12 @@ from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.share import decodes_within, protected
-from inference.scheduler.laser.slack import Speeds, hot_slack_frac, warm_gap_s
+from inference.scheduler.laser.slack import (
+    Speeds,
+    hot_slack_frac,
+    min_hot_slack_frac,
+    warm_gap_s,
+)
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
 
@@ -29,6 +35,15 @@ MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spen
 # a floor for every waiting hot prompt would add up past the cap in a burst)
 HOT = Tier.HOT
 Chunk = tuple[ScheduledSeq, list[BlockCopy]]
+
+
+class FillMode(Enum):
+    """Which work a step's fill takes: ``HOT`` only class 0 (hot and aged), ``OTHER`` all
+    but class 0 (a pausable step, under the pause cap), ``ALL`` both."""
+
+    HOT = auto()
+    OTHER = auto()
+    ALL = auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +83,7 @@ class FillResult:
     when class-0 work needs the paused forward's blocks, ``lent`` the running sequences that
     borrow the hot block reserve after the step; and what the policy learns from the step."""
 
-    mode: str
+    mode: FillMode
     items: tuple[Chunk, ...]
     started: tuple[Sequence, ...]
     preempted: tuple[Sequence, ...]
@@ -83,10 +98,9 @@ class FillResult:
 
 
 class StepFill:
-    """One step's fill. ``mode`` "hot" takes only class 0 (hot and aged) work, "other" only
-    the rest, "all" both (see ``LaserScheduler._fill``)."""
+    """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``)."""
 
-    def __init__(self, view: FillView, mode: str = "all") -> None:
+    def __init__(self, view: FillView, mode: FillMode = FillMode.ALL) -> None:
         self.v, self.now, self.mode = view, view.now, mode
         self.p, self.ab = view.policy, view.ablations
         self.budget = view.config.max_num_batched_tokens
@@ -135,8 +149,8 @@ class StepFill:
         keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
         waiting = [(keys.get(q.seq_id) or key(q), q) for q in v.waiting]
-        if self.mode != "all":  # class 0 only, or all but class 0
-            hot = self.mode == "hot"
+        if self.mode is not FillMode.ALL:  # class 0 only, or all but class 0
+            hot = self.mode is FillMode.HOT
             keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
             waiting = [(k, q) for k, q in waiting if (k[0] == 0) == hot]
         self.context = sum(q.num_computed_tokens for _, q in keyed)
@@ -146,13 +160,34 @@ class StepFill:
         for k, q in decodes:
             self._run_one(k, q, 1)
         for group in self._by_class(prefills, waiting):
-            for k, q, is_waiting in group:
-                if self.used >= self.budget:
-                    return
-                if k[0] in self._spent:  # the class's allowance ran out earlier this step
-                    break
-                if is_waiting or q.seq_id not in self.gone:
-                    self._prefill(k, q, is_waiting)
+            if not self._walk(group):
+                return
+
+    def _walk(self, group: list) -> bool:
+        """Prefill chunks for one class's (key, sequence, is_waiting) in key order; False
+        once the step's budget is used up.
+
+        ``idle`` holds the (excess, start) of waiting sequences that got nothing since the
+        fill last changed: another waiting one with the same pair gets nothing either
+        (``_prefill`` reads nothing else of a waiting sequence before it acts), so a long
+        queue behind a spent allowance is passed over without asking again."""
+        idle: set[tuple[int, int]] = set()
+        for k, q, is_waiting in group:
+            if self.used >= self.budget:
+                return False
+            if k[0] in self._spent:  # the class's allowance ran out earlier this step
+                break
+            if is_waiting:
+                mark = (k[1], q.num_computed_tokens)
+                if mark in idle:
+                    continue
+                if self._prefill(k, q, True):
+                    idle.clear()
+                else:
+                    idle.add(mark)
+            elif q.seq_id not in self.gone and self._prefill(k, q, False):
+                idle.clear()
+        return True
 
     def _by_class(self, prefills, waiting):
         """Prefills and waiting requests in key order, one class at a time; a class whose
@@ -183,26 +218,21 @@ class StepFill:
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
-        # a hot step between pausable ones (mode "hot") comes some time after the streams'
+        # a hot step between pausable ones (FillMode.HOT) comes some time after the streams'
         # last tokens: the gap is that wait plus this step, so the cap is what is left of it
         # (whole steps follow each other: the wait is 0 there)
-        waited = self.mode == "hot"
+        waited = self.mode is FillMode.HOT
         hot_tbt = [(q.targets.tbt_p99_s, self.now - q.last_token_time
                     if waited and q.last_token_time is not None else 0.0)
                    for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        ttft_min = excess_min = math.inf
-        self.contract_first = False  # an in-contract hot prompt waits or prefills
-        for k, q in prefills + [w for w in waiting if w[0][0] == 0]:
-            if k[0] == 0:
-                self.contract_first |= not k[1]
-                slack = hot_slack_frac(q, self.now, sp)
-                if k[1]:
-                    excess_min = min(excess_min, slack)
-                else:
-                    ttft_min = min(ttft_min, slack)
+        prompts = [w for w in prefills if w[0][0] == 0] + [w for w in waiting if w[0][0] == 0]
+        # an in-contract hot prompt waits or prefills
+        self.contract_first = any(not k[1] for k, _ in prompts)
+        ttft_min = min_hot_slack_frac((q for k, q in prompts if not k[1]), self.now, sp)
+        excess_min = min_hot_slack_frac((q for k, q in prompts if k[1]), self.now, sp)
         self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
         self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:
@@ -225,7 +255,7 @@ class StepFill:
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a pausable step: short enough layers that a hot arrival soon gets its turn
-        pause = [v.pause_cap_s] if self.mode == "other" else []
+        pause = [v.pause_cap_s] if self.mode is FillMode.OTHER else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
@@ -254,21 +284,23 @@ class StepFill:
             n = min(n, self.warm_cap - self.used_by_class[2])
         return n
 
-    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> None:
+    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> bool:
+        """Give ``seq`` a prefill chunk if the step has room; False when the fill is left
+        as it was (nothing for it), True when something may have changed."""
         cls = key[0]
         v = self.v
         if key[1] and self.contract_first:
-            return  # excess waits while in-contract hot prompts are served (see _limits)
+            return False  # excess waits while in-contract hot prompts are served (_limits)
         if is_waiting and cls > 1 and (self._admit_closed
                                        or self.n_running >= v.config.max_num_seqs):
-            return  # cheap exit: _admit would refuse it (matters with a long queue)
+            return False  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
             self._spent.add(cls)  # allowances only shrink as the step fills (until a preemption)
-            return
+            return True
         n = self._fit_attention(seq, n, hot=cls == 0)
         if n <= 0:
-            return
+            return False
         if is_waiting:
             # a cold/warm prompt admitted into the hot block reserve borrows it: hot short of
             # blocks preempts it first (``_preempt_below``). Kept out instead, the reserve's
@@ -279,6 +311,7 @@ class StepFill:
                 self.borrowed.append(seq.seq_id)
         else:
             self._run_one(key, seq, n)
+        return True
 
     def _fit_attention(self, seq: Sequence, n: int, hot: bool) -> int:
         """Largest prefill chunk up to ``n`` whose step, with its chunks' attention (quadratic

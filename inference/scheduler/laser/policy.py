@@ -26,7 +26,7 @@ from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
 from inference.scheduler.laser.admission import check_cold, check_hot
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
-from inference.scheduler.laser.fill import FillResult, FillView, StepFill
+from inference.scheduler.laser.fill import FillMode, FillResult, FillView, StepFill
 from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
@@ -201,13 +201,13 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         rest's steps pause for hot): hot only while a paused forward is held or hot work is
         due, else the rest; the first of those that finds work wins."""
         if not self.pausing:
-            modes: tuple[str, ...] = ("all",)
+            modes: tuple[FillMode, ...] = (FillMode.ALL,)
         elif self.pause.held:
-            modes = ("hot",)
+            modes = (FillMode.HOT,)
         elif self._hot_due(now):
-            modes = ("hot", "all")
+            modes = (FillMode.HOT, FillMode.ALL)
         else:
-            modes = ("other", "all")
+            modes = (FillMode.OTHER, FillMode.ALL)
         preempted: list[str] = []
         finish = False
         for mode in modes:
@@ -219,13 +219,13 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
                 break
         return fill, preempted, finish
 
-    def _view(self, now: float, mode: str) -> FillView:
+    def _view(self, now: float, mode: FillMode) -> FillView:
         ab, budget = self.ablations, self.config.max_num_batched_tokens
         return FillView(
             now=now, running=self.running, waiting=self.waiting, key=self.key, keys=self._keys,
             config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
-            pause_cap_s=self.pause_step_cap_s(now) if mode == "other" else None,
+            pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.OTHER else None,
             hold_tokens=self.reserve.tokens(budget) if ab.reserve_enabled else 0,
             hold_blocks=self.reserve.blocks(self.kv.num_blocks) if ab.reserve_enabled else 0,
             lent=self.reserve.lent if ab.reserve_enabled else frozenset(),
@@ -243,7 +243,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _after_step(self, fill: FillResult, now: float) -> None:
         st, budget = self.state, self.config.max_num_batched_tokens
         st.context = fill.context
-        if fill.mode != "other":  # a step without hot work says nothing of hot's slack
+        if fill.mode is not FillMode.OTHER:  # a step without hot work says nothing of hot's slack
             st.hot_min_slack = fill.hot_min_slack
             st.hot_step_tokens = max(1, fill.hot_cap)
         self.est_error.expect(fill.estimate_s)

@@ -67,6 +67,24 @@ def hot_slack_frac(seq: Sequence, now: float, sp: Speeds) -> float:
     return (t.tbt_p99_s - sp.step_s) / t.tbt_p99_s
 
 
+def min_hot_slack_frac(seqs: Iterable[Sequence], now: float, sp: Speeds) -> float:
+    """``min(hot_slack_frac(s, now, sp) for s in seqs)``, inf for none: the same sums in the
+    same order, in one loop (the fill takes it over every waiting hot prompt each step)."""
+    per_token, step, low = sp.per_token_s, sp.step_s, math.inf
+    for seq in seqs:
+        t = seq.targets
+        if seq.first_token_time is None:
+            left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
+                       - seq.num_computed_tokens - 1)  # prefill_left
+            frac = (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token - step
+                    ) / t.ttft_p99_s
+        else:
+            frac = (t.tbt_p99_s - step) / t.tbt_p99_s
+        if frac < low:
+            low = frac
+    return low
+
+
 def warm_gap_s(t: ContractTargets) -> float:
     """Longest mean gap between a warm stream's tokens that keeps its rate floor."""
     return 1.0 / ((1.0 - t.warm_band) * t.warm_rate_tps)
