@@ -9,6 +9,7 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
+from inference.request import Tier
 from inference.scheduler import POLICIES, LaserAblations
 from inference.sim.bound import hot_miss_bound
 from inference.sim.config import DEFAULT_BUDGET, Contracts, SimConfig
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"title": title, "command": "python -m inference.sim " + " ".join(
         sys.argv[1:] if argv is None else argv), "date": datetime.date.today().isoformat(),
         "requests": len(trace), "policies": summaries, "ratios": rat, "goodput_probes": probes,
-        "hot_bound": None if bound is None else {"hot": bound.hot, "misses": bound.misses}}
+        "hot_bound": None if bound is None else {Tier.HOT: bound.hot, "misses": bound.misses}}
     if args.out:
         write_json(args.out / "report.json", report)
         for f in write_plots(args.out, summaries, title, probes or None):

@@ -29,9 +29,9 @@ def row(name: str, load: float, duration: float, hot_tbt: float, share: bool,
     split = s["layer_batching"]["split_steps"] if batching else "-"
     on = {True: "on", False: "off"}
     return (f"| {name} | {load:g} | {hot_tbt * 1e3:g} | {on[share]} | {on[batching]} "
-            f"| {s['hot']['attainment']:.1%} | {s['warm']['attainment']:.1%} "
-            f"| {s['cold']['attainment']:.1%} | {s['hot']['tbt_p99_s'] * 1e3:.1f} "
-            f"| {s['warm']['rate_mean_tps']:.1f} | {cold / run.sim_end_s:.1f} | {split} |")
+            f"| {s[Tier.HOT]['attainment']:.1%} | {s[Tier.WARM]['attainment']:.1%} "
+            f"| {s[Tier.COLD]['attainment']:.1%} | {s[Tier.HOT]['tbt_p99_s'] * 1e3:.1f} "
+            f"| {s[Tier.WARM]['rate_mean_tps']:.1f} | {cold / run.sim_end_s:.1f} | {split} |")
 
 
 def main() -> None:

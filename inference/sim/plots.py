@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference.request import Tier
+
 PANELS = [  # (title, path into a summary)
-    ("hot attainment", ("hot", "attainment")),
-    ("warm attainment (windows)", ("warm", "attainment")),
-    ("cold jobs on time", ("cold", "attainment")),
-    ("hot P99 TTFT (s)", ("hot", "ttft_p99_s")),
-    ("hot P99 TBT (s)", ("hot", "tbt_p99_s")),
+    ("hot attainment", (Tier.HOT, "attainment")),
+    ("warm attainment (windows)", (Tier.WARM, "attainment")),
+    ("cold jobs on time", (Tier.COLD, "attainment")),
+    ("hot P99 TTFT (s)", (Tier.HOT, "ttft_p99_s")),
+    ("hot P99 TBT (s)", (Tier.HOT, "tbt_p99_s")),
     ("KV fragmentation", ("kv_fragmentation",)),
 ]
 

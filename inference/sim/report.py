@@ -6,27 +6,29 @@ import json
 import math
 from pathlib import Path
 
+from inference.request import Tier
+
 ROWS = [  # (label, path into a summary, format)
-    ("hot attainment", ("hot", "attainment"), "{:.1%}"),
-    ("hot P50 TTFT s", ("hot", "ttft_p50_s"), "{:.3f}"),
-    ("hot P99 TTFT s", ("hot", "ttft_p99_s"), "{:.3f}"),
-    ("hot P99 TBT s", ("hot", "tbt_p99_s"), "{:.3f}"),
-    ("hot interruption rate", ("hot", "interruption_rate"), "{:.2%}"),
-    ("hot refused", ("hot", "refused"), "{}"),
-    ("hot demoted (demotable)", ("hot", "demoted"), "{}"),
-    ("hot served as warm (all demoted)", ("hot", "served_as_warm"), "{}"),
-    ("hot P99 wait for an outcome s", ("hot", "wait_p99_s"), "{:.3f}"),
-    ("hot longest wait / TTFT target", ("hot", "wait_max_ratio"), "{:.2f}"),
-    ("warm attainment (windows)", ("warm", "attainment"), "{:.1%}"),
-    ("warm P50 TTFT s", ("warm", "ttft_p50_s"), "{:.3f}"),
-    ("warm P99 TTFT s", ("warm", "ttft_p99_s"), "{:.3f}"),
-    ("warm mean TTFT s", ("warm", "ttft_mean_s"), "{:.3f}"),
-    ("warm tok/s per stream", ("warm", "rate_mean_tps"), "{:.1f}"),
-    ("warm CV per window", ("warm", "rate_cv"), "{:.3f}"),
-    ("cold jobs on time", ("cold", "attainment"), "{:.1%}"),
-    ("cold lines on time", ("cold", "line_attainment"), "{:.1%}"),
-    ("cold P50 TTFT s", ("cold", "ttft_p50_s"), "{:.1f}"),
-    ("cold refused", ("cold", "refused"), "{}"),
+    ("hot attainment", (Tier.HOT, "attainment"), "{:.1%}"),
+    ("hot P50 TTFT s", (Tier.HOT, "ttft_p50_s"), "{:.3f}"),
+    ("hot P99 TTFT s", (Tier.HOT, "ttft_p99_s"), "{:.3f}"),
+    ("hot P99 TBT s", (Tier.HOT, "tbt_p99_s"), "{:.3f}"),
+    ("hot interruption rate", (Tier.HOT, "interruption_rate"), "{:.2%}"),
+    ("hot refused", (Tier.HOT, "refused"), "{}"),
+    ("hot demoted (demotable)", (Tier.HOT, "demoted"), "{}"),
+    ("hot served as warm (all demoted)", (Tier.HOT, "served_as_warm"), "{}"),
+    ("hot P99 wait for an outcome s", (Tier.HOT, "wait_p99_s"), "{:.3f}"),
+    ("hot longest wait / TTFT target", (Tier.HOT, "wait_max_ratio"), "{:.2f}"),
+    ("warm attainment (windows)", (Tier.WARM, "attainment"), "{:.1%}"),
+    ("warm P50 TTFT s", (Tier.WARM, "ttft_p50_s"), "{:.3f}"),
+    ("warm P99 TTFT s", (Tier.WARM, "ttft_p99_s"), "{:.3f}"),
+    ("warm mean TTFT s", (Tier.WARM, "ttft_mean_s"), "{:.3f}"),
+    ("warm tok/s per stream", (Tier.WARM, "rate_mean_tps"), "{:.1f}"),
+    ("warm CV per window", (Tier.WARM, "rate_cv"), "{:.3f}"),
+    ("cold jobs on time", (Tier.COLD, "attainment"), "{:.1%}"),
+    ("cold lines on time", (Tier.COLD, "line_attainment"), "{:.1%}"),
+    ("cold P50 TTFT s", (Tier.COLD, "ttft_p50_s"), "{:.1f}"),
+    ("cold refused", (Tier.COLD, "refused"), "{}"),
     ("preemptions", ("preemptions",), "{}"),
     ("demotions", ("demotions",), "{}"),
     ("promotions", ("promotions",), "{}"),
@@ -91,7 +93,7 @@ def ratios(summaries: dict[str, dict]) -> dict[str, float | None]:
         if base in summaries:
             out[f"goodput laser/{base}"] = _ratio(lz.get("goodput"), summaries[base].get("goodput"))
     if "fcfs" in summaries:
-        r = _ratio(lz["hot"]["ttft_p99_s"], summaries["fcfs"]["hot"]["ttft_p99_s"])
+        r = _ratio(lz[Tier.HOT]["ttft_p99_s"], summaries["fcfs"][Tier.HOT]["ttft_p99_s"])
         out["hot P99 TTFT reduction vs fcfs"] = None if r is None else 1 - r
     if "partitioned" in summaries:
         out["fragmentation laser/partitioned"] = _ratio(

@@ -11,7 +11,8 @@ from inference.sim.accounting import Record, nearest_rank
 from inference.sim.config import Contracts
 from inference.sim.loop import RunResult
 
-TARGETS = {"hot": 0.99, "warm": 0.90, "cold": 0.99}  # attainment a load must keep (goodput)
+# attainment a load must keep (goodput)
+TARGETS = {Tier.HOT: 0.99, Tier.WARM: 0.90, Tier.COLD: 0.99}
 TIMING = ("wall_s", "scheduler_s")  # measured, not simulated: differ from run to run
 
 
@@ -107,10 +108,10 @@ def summarize(run: RunResult) -> dict:
     kept = acc.frag_kept_slot_s / (acc.elapsed_s * total_slots) if acc.elapsed_s else 0.0
     out = {
         "policy": cfg.policy, "gpu": cfg.gpu, "model": cfg.model,
-        "hot": hot_terms(by_tier[Tier.HOT]),
+        Tier.HOT: hot_terms(by_tier[Tier.HOT]),
         "hot_by_tenant": _by_tenant(by_tier[Tier.HOT]),
-        "warm": warm_terms(by_tier[Tier.WARM], cfg.contracts, cfg.window_s),
-        "cold": cold_terms(by_tier[Tier.COLD]),
+        Tier.WARM: warm_terms(by_tier[Tier.WARM], cfg.contracts, cfg.window_s),
+        Tier.COLD: cold_terms(by_tier[Tier.COLD]),
         "too_long": {str(t): n for t, n in acc.too_long.items()},
         "refusals": dict(acc.refusals),
         "preemptions": run.scheduler.num_preemptions, "demotions": acc.demotions,

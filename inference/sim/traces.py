@@ -67,7 +67,7 @@ def read_jsonl(path: Path) -> list[TraceRequest]:
             try:
                 d = json.loads(line)
                 out.append(TraceRequest(
-                    float(d["arrival_s"]), Tier(d.get("tier", "hot")), int(d["prompt_tokens"]),
+                    float(d["arrival_s"]), Tier(d.get("tier", Tier.HOT)), int(d["prompt_tokens"]),
                     int(d["output_tokens"]),
                     None if d.get("deadline_s") is None else float(d["deadline_s"]),
                     tuple(int(h) for h in d.get("prefix_blocks", ())), str(d.get("tenant", "")),
