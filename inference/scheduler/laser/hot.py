@@ -73,8 +73,10 @@ class HotTriage:
             else:
                 continue
             late.discard(seq.seq_id)
+            # final, unlike a pressure demotion (``state.demoted``, restored when the
+            # pressure ends): its first token missed the hot target either way, and a
+            # restore would send a second notice and book that miss as hot after all
             self._retier(seq.request_id, HOT, WARM, now, changes, reason)
-            st.demoted.add(seq.request_id)
             st.num_demotions += 1
         for seq_id in late ^ st.hot_late:
             self._moved(seq_id)

@@ -90,6 +90,19 @@ def test_overload_serves_a_late_hot_request_as_warm_with_a_notice():
     assert sched.seqs["a-0"].asked_tier is Tier.HOT and sched.seqs["b-0"].tier is Tier.HOT
 
 
+def test_a_late_request_served_as_warm_stays_warm_when_the_pressure_ends():
+    """An overload demotion is final: the calm that restores pressure demotions (after
+    ``restore_window_s``) does not bring it back to hot, which would send its client a second
+    notice and book its late first token as a hot miss (a live burst test saw both)."""
+    policy = knobs(RULES, demotion_enabled=True, restore_window_s=1.0)
+    sched = laser(policy, max_num_batched_tokens=128, long_prefill_chunk=128)
+    sched.add(hot("a", 100, 0.12, max_tokens=400), 0.0)
+    sched.add(hot("b", 100, 0.12, max_tokens=3), 0.0)
+    changes = [c for t in range(300) for c in step(sched, 0.02 * t).tier_changes]
+    assert [(sid, c.to_tier) for sid, c in changes] == [("a-0", Tier.WARM)]
+    assert sched.seqs["a-0"].tier is Tier.WARM and not sched.seqs["a-0"].is_finished
+
+
 def test_without_overload_demotion_the_late_one_stays_hot():
     sched = laser(knobs(RULES, overload_demotion_enabled=False), max_num_batched_tokens=128,
                   long_prefill_chunk=128)
