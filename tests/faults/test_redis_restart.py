@@ -80,7 +80,9 @@ def test_redis_crash_under_the_limiter_and_a_stream(laser_server, gated_engine, 
     chunks += list(stream)
     assert chunks[-1].choices[0].finish_reason == "length"
     after = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4)
-    assert after.usage.completion_tokens == 4
+    # admitted and answered (sampled: the tiny model may end before its 4 tokens)
+    assert after.choices[0].finish_reason in ("length", "stop")
+    assert 0 < after.usage.completion_tokens <= 4
     assert _records() == [("ok", ""), ("rejected_503", "rate_limiter_unavailable"),
                           ("rejected_503", "rate_limiter_unavailable"), ("ok", "")]
     redis = own_redis.client()
