@@ -14,10 +14,12 @@ seconds and at least ``--min-hot`` finished turns, then hot plus the flood until
 finishes. Reported: hot P99 TTFT and P99 TBT in each phase, the TTFT increase the flood
 caused, the batch's completion time against its deadline, and **cold tokens per second of
 engine time not spent on hot work** during the flood (issue 19, item 5; target: laser >= 0.9x
-fcfs): every step's time is split between hot and the rest by its plan's token counts; a step
-that also advanced a paused forward (layer pause) counts wholly as not hot, which can only
-lower laser's figure. Cold tokens are the prompt and output tokens of the batch's requests
-computed in the flood (prefill included: cold's work is mostly its prompts). The engine is
+fcfs): every step's time is split between hot and the rest by its plan's token counts; in a
+step that also advanced a paused forward (layer pause) only the step's own forward is split so,
+and the paused forward's layers count as not hot (until 2026-12-04 such a step counted wholly
+as not hot, its hot forward included, which lowered laser's figure). Cold tokens are the
+prompt and output tokens of the batch's requests computed in the flood (prefill included:
+cold's work is mostly its prompts). The engine is
 stepped in this thread (no HTTP); a feeder thread adds hot arrivals at their own times, also
 mid-step (as the platform's event loop does), and TTFT/TBT come from the engine's own token
 timestamps. Prints a table; writes ``bench/out/mixed_load.json``.
@@ -111,24 +113,39 @@ class Driver:
         self.hot_s = 0.0  # the hot share of the steps' time (see the module docstring)
         self.cold_tokens = 0  # cold tokens the steps computed
         self._plans: list = []
+        self._forward_s = 0.0  # this step's whole forwards (runner.execute), seconds
         sched = engine.scheduler
         schedule = sched.schedule
+        execute = engine.runner.execute
 
         def watched(now):
             plan = schedule(now)
             self._plans.append(plan)
             return plan
+
+        def timed(batch):
+            t0 = time.perf_counter()
+            try:
+                return execute(batch)
+            finally:
+                self._forward_s += time.perf_counter() - t0
         sched.schedule = watched
+        engine.runner.execute = timed
 
     def _account(self, seconds: float, held: bool) -> None:
-        """Split a step's ``seconds`` between hot and the rest by its plan's tokens."""
+        """Split a step's ``seconds`` between hot and the rest by its plan's tokens. A step
+        that also advanced a paused forward (``held``) splits only its own forward's time
+        (``runner.execute``) that way; the rest, the paused forward's layers, is not hot."""
+        forward_s, self._forward_s = self._forward_s, 0.0
+        if held:
+            seconds = forward_s
         seqs = self.engine.scheduler.seqs
         for plan in self._plans:
             tiers = [(seqs[x.seq_id].asked_tier if x.seq_id in seqs else None, x.num_tokens)
                      for x in plan.scheduled]
             hot = sum(n for t, n in tiers if t is Tier.HOT)
             self.cold_tokens += sum(n for t, n in tiers if t is Tier.COLD)
-            if plan.num_batched_tokens and not held:
+            if plan.num_batched_tokens:
                 self.hot_s += seconds * hot / plan.num_batched_tokens
         self._plans.clear()
 
