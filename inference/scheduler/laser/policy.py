@@ -30,6 +30,7 @@ from inference.scheduler.laser.fill import FillMode, FillResult, FillView, StepF
 from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
+from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.reserve import HotReserve
 from inference.scheduler.laser.slack import (
     Speeds,
@@ -66,6 +67,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self.state = LaserState(hot_step_tokens=config.max_num_batched_tokens)
         self.pause = PauseState(layers=pause_layers)
         self._keys: dict[str, tuple] = {}  # seq id -> key(); see ``_moved``
+        self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
 
     @property
     def num_demotions(self) -> int:
@@ -90,6 +92,22 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             self._keys.clear()
         else:
             self._keys.pop(seq_id, None)
+        self._queue.moved(seq_id)
+
+    # ---- the waiting queue: ``_queue`` follows every change to ``waiting`` ----------------
+    def add(self, seqs: list[Sequence], now: float) -> None:
+        super().add(seqs, now)
+        for seq in seqs:
+            if seq.parent_id is None:
+                self._queue.enter(seq)
+
+    def requeue_preempted(self, seq: Sequence) -> None:
+        super().requeue_preempted(seq)
+        self._queue.enter(seq)
+
+    def start_running(self, seq: Sequence, now: float) -> None:
+        super().start_running(seq, now)
+        self._queue.leave(seq)
 
     # ---- engine hooks ---------------------------------------------------------------------
     def observe_step(self, num_tokens: int, seconds: float) -> None:
@@ -222,7 +240,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _view(self, now: float, mode: FillMode) -> FillView:
         ab, budget = self.ablations, self.config.max_num_batched_tokens
         return FillView(
-            now=now, running=self.running, waiting=self.waiting, key=self.key, keys=self._keys,
+            now=now, running=self.running, waiting=self.waiting, key=self.key,
+            queue=self._queue.sync(self.key),
             config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
             pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.OTHER else None,
@@ -327,6 +346,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     def _finish(self, seq, status) -> None:
         super()._finish(seq, status)
+        self._queue.leave(seq)
         self._moved(seq.seq_id)
         st = self.state
         st.forget(seq)

@@ -1,0 +1,116 @@
+"""``WaitingIndex``, the laser policy's waiting queue kept in key order across steps: it
+holds exactly the waiting sequences in the order a sort would give, and its least hot slack
+is ``min_hot_slack_frac``'s, bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from inference.request import ContractTargets, Tier
+from inference.scheduler.laser.queue import WaitingIndex
+from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
+from inference.sim import SimConfig, simulate
+from inference.sim.profiles import traces_dir
+from inference.sim.scenarios import multi_turn
+from tests.inference.factories import make_request
+from tests.inference.sim.test_speedups import overload_trace, roofline
+
+
+def hot_key(seq) -> tuple:
+    """The policy's class-0 key: (0, excess, late, deadline, id)."""
+    return (0, int(not seq.in_contract), 0, seq.arrival_time + seq.targets.ttft_p99_s,
+            seq.seq_id)
+
+
+def random_hot(rng: random.Random, n: int) -> list:
+    seqs = []
+    for i in range(n):
+        targets = ContractTargets(ttft_p99_s=rng.choice((0.2, 0.5, 2.0, 10.0)))
+        seq = make_request(f"r{i}", prompt_len=rng.randint(1, 4000),
+                           arrival=rng.uniform(0, 100), targets=targets)[0]
+        seq.in_contract = rng.random() < 0.7
+        if rng.random() < 0.1:
+            seq.first_token_time = seq.arrival_time + 0.1  # a preempted stream
+            seq.output_token_ids.extend([5] * rng.randint(1, 20))
+        seqs.append(seq)
+    return seqs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_min_hot_slack_is_min_hot_slack_frac_bit_for_bit(seed):
+    rng = random.Random(seed)
+    seqs = random_hot(rng, 400)
+    index = WaitingIndex.of(seqs, hot_key)
+    for now in (50.0, 100.5, 300.0):
+        sp = Speeds(0.01, rng.choice((0.0, 3.3e-5, 2e-3)), 0.013)
+        for excess in (0, 1):
+            part = [q for q in seqs if int(not q.in_contract) == excess]
+            assert index.min_hot_slack(excess, now, sp) == min_hot_slack_frac(part, now, sp)
+    # leaving and moving keep it exact: the longest prompts and the most urgent go first
+    seqs.sort(key=lambda q: (-q.num_tokens, q.arrival_time))
+    for seq in seqs[:150]:
+        index.leave(seq)
+    for seq in seqs[150:200]:
+        index.moved(seq.seq_id)
+    index.sync(hot_key)
+    rest = seqs[150:]
+    index.check(rest)
+    sp = Speeds(0.01, 3.3e-5, 0.013)
+    for excess in (0, 1):
+        part = [q for q in rest if int(not q.in_contract) == excess]
+        assert index.min_hot_slack(excess, 120.0, sp) == min_hot_slack_frac(part, 120.0, sp)
+
+
+def test_an_empty_index_has_no_slack():
+    assert WaitingIndex().min_hot_slack(0, 1.0, Speeds(0.01, 1e-4, 0.01)) == float("inf")
+    assert not WaitingIndex().has_in_contract_hot()
+
+
+def test_classes_are_in_key_order_after_entering_leaving_and_moving():
+    rng = random.Random(3)
+    seqs = [make_request(f"s{i}", arrival=rng.uniform(0, 10), tier=Tier.WARM)[0]
+            for i in range(60)]
+    rank = {q.seq_id: rng.randrange(4) for q in seqs}
+
+    def key(q):  # class 0 keys as the policy's: (0, excess, late, deadline, id)
+        if not rank[q.seq_id]:
+            return hot_key(q)
+        return (rank[q.seq_id], 0, q.arrival_time, q.seq_id)
+
+    index = WaitingIndex()
+    for q in seqs[:40]:
+        index.enter(q)
+    index.sync(key)  # one by one
+    for q in seqs[40:]:
+        index.enter(q)
+    for q in seqs[:10]:
+        index.leave(q)
+    for q in seqs[10:20]:
+        rank[q.seq_id] = 3 - rank[q.seq_id]
+        index.moved(q.seq_id)
+    index.sync(key)  # in bulk
+    index.check(seqs[10:])
+    assert [q for c in index.classes for _, q in c] == sorted(seqs[10:], key=key)
+    index.moved()
+    rank.update({q.seq_id: 0 for q in seqs})
+    index.sync(key)
+    assert [q for _, q in index.classes[0]] == sorted(seqs[10:], key=key)
+
+
+def check_every_step(sched) -> None:
+    sched._queue.check(sched.waiting)
+
+
+def test_the_policy_keeps_it_equal_to_its_waiting_queue_in_an_overload():
+    run = simulate(overload_trace(), SimConfig(policy="laser"), cost=roofline(),
+                   on_step=check_every_step)
+    assert run.schedule_calls
+
+
+@pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
+def test_the_policy_keeps_it_equal_to_its_waiting_queue_multi_turn():
+    run = simulate(multi_turn(1.5, 120.0, 0), SimConfig(policy="laser"),
+                   on_step=check_every_step)
+    assert run.schedule_calls
