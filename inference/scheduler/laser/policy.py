@@ -100,6 +100,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         for seq in seqs:
             if seq.parent_id is None:
                 self._queue.enter(seq)
+        if self.ablations.overload_demotion_enabled:
+            self.watch_hot(seqs)
 
     def requeue_preempted(self, seq: Sequence) -> None:
         super().requeue_preempted(seq)

@@ -83,38 +83,42 @@ class WaitingIndex:
         if not dirty:
             return self
         bulk = len(dirty) > _BULK
+        keys, classes, edf, tokens = self._keys, self.classes, self._edf, self._tokens
+        most = self._most_tokens
         for seq in dirty.values():
             k = key(seq)
-            self._keys[seq.seq_id] = k
+            sid = seq.seq_id
+            keys[sid] = k
             if bulk:
-                self.classes[k[0]].append((k, seq))
+                classes[k[0]].append((k, seq))
             else:
-                insort(self.classes[k[0]], (k, seq))  # keys end with the id: unique
-            self._note(k, seq, bulk)
+                insort(classes[k[0]], (k, seq))  # keys end with the id: unique
+            if seq.num_computed_tokens:
+                self._computed.add(sid)
+            if k[0]:
+                continue
+            if seq.first_token_time is not None:
+                self._streams[sid] = (k[1], seq)
+                continue
+            entries = edf.get((k[1], seq.targets.ttft_p99_s))
+            if entries is None:
+                entries = edf[k[1], seq.targets.ttft_p99_s] = []
+            if bulk:
+                entries.append((k[3], sid, seq))
+            else:
+                insort(entries, (k[3], sid, seq))
+            n = len(seq.prompt_token_ids) + len(seq.output_token_ids)  # num_tokens
+            tokens[n] += 1
+            if n > most:
+                most = n
+        self._most_tokens = most
         dirty.clear()
         if bulk:
-            for entries in self.classes:
+            for entries in classes:
                 entries.sort()
-            for entries in self._edf.values():
+            for entries in edf.values():
                 entries.sort()
         return self
-
-    def _note(self, k: tuple, seq: Sequence, bulk: bool) -> None:
-        if seq.num_computed_tokens:
-            self._computed.add(seq.seq_id)
-        if k[0] != 0:
-            return
-        if seq.first_token_time is not None:
-            self._streams[seq.seq_id] = (k[1], seq)
-            return
-        entries = self._edf.setdefault((k[1], seq.targets.ttft_p99_s), [])
-        if bulk:
-            entries.append((k[3], k[4], seq))
-        else:
-            insort(entries, (k[3], k[4], seq))
-        n = seq.num_tokens
-        self._tokens[n] += 1
-        self._most_tokens = max(self._most_tokens, n)
 
     def _drop(self, k: tuple) -> Sequence:
         entries = self.classes[k[0]]
@@ -124,7 +128,7 @@ class WaitingIndex:
         if k[0] == 0 and self._streams.pop(seq.seq_id, None) is None:
             edf = self._edf[k[1], seq.targets.ttft_p99_s]
             del edf[bisect_left(edf, (k[3], k[4]))]
-            n = seq.num_tokens
+            n = len(seq.prompt_token_ids) + len(seq.output_token_ids)  # num_tokens
             self._tokens[n] -= 1
             if not self._tokens[n]:
                 del self._tokens[n]
@@ -133,6 +137,9 @@ class WaitingIndex:
         return seq
 
     # ---- reads ----------------------------------------------------------------------------
+    def __contains__(self, seq: Sequence) -> bool:
+        return seq.seq_id in self._keys or seq.seq_id in self._dirty
+
     def __len__(self) -> int:
         return len(self._keys) + len(self._dirty)
 
@@ -155,20 +162,22 @@ class WaitingIndex:
                                  sp)
         per_token, step = sp.per_token_s, sp.step_s
         reach = self._most_tokens * per_token + step  # >= left * per_token + step
-        for (e, target), entries in self._edf.items():
-            if e != excess:
-                continue
-            for deadline, _, seq in entries:
-                margin = 1e-9 * (1.0 + abs(now) + abs(deadline) + reach + target)
-                if (deadline - now - reach - margin) / target > low:
-                    break
-                t = seq.targets  # min_hot_slack_frac's sums, in its order
-                left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
-                           - seq.num_computed_tokens - 1)
-                frac = (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token - step
-                        ) / t.ttft_p99_s
-                if frac < low:
-                    low = frac
+        groups = [(target, entries) for (e, target), entries in self._edf.items()
+                  if e == excess and entries]
+        # each target's most urgent first: a low bound early ends the other scans sooner
+        for start in (0, 1):
+            for target, entries in groups:
+                for deadline, _, seq in entries if start else entries[:1]:
+                    margin = 1e-9 * (1.0 + abs(now) + abs(deadline) + reach + target)
+                    if (deadline - now - reach - margin) / target > low:
+                        break
+                    t = seq.targets  # min_hot_slack_frac's sums, in its order
+                    left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
+                               - seq.num_computed_tokens - 1)
+                    frac = (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token - step
+                            ) / t.ttft_p99_s
+                    if frac < low:
+                        low = frac
         return low
 
     def check(self, waiting: Iterable[Sequence]) -> None:

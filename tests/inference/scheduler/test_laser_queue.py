@@ -5,15 +5,19 @@ is ``min_hot_slack_frac``'s, bit for bit."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from inference.request import ContractTargets, Tier
+from inference.scheduler.laser.policy import LaserScheduler
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
+from inference.sequence import SequenceStatus
 from inference.sim import SimConfig, simulate
 from inference.sim.profiles import traces_dir
 from inference.sim.scenarios import multi_turn
+from inference.sim.summary import TIMING, summarize
 from tests.inference.factories import make_request
 from tests.inference.sim.test_speedups import overload_trace, roofline
 
@@ -114,3 +118,41 @@ def test_the_policy_keeps_it_equal_to_its_waiting_queue_multi_turn():
     run = simulate(multi_turn(1.5, 120.0, 0), SimConfig(policy="laser"),
                    on_step=check_every_step)
     assert run.schedule_calls
+
+
+def scan_refuse_overdue(self, now: float):
+    """``_refuse_overdue`` as a scan of every queue each step (before the watch heap)."""
+    factor = self.policy.overload_ttft_factor
+    overdue = [s for q in (self.running, self.waiting, self.pause.held) for s in q
+               if s.asked_tier is Tier.HOT and s.tier is Tier.WARM and s.first_token_time is None
+               and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
+    refused = []
+    for seq in overdue:
+        if not self.excess(seq):
+            if seq.seq_id not in self.state.aged and seq in self.waiting:
+                self.state.aged.add(seq.seq_id)
+                self._moved(seq.seq_id)
+            continue
+        limit = factor * seq.targets.warm_mean_ttft_s
+        refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
+                                    f"token within {limit:.2f} s"))
+        self._finish(seq, SequenceStatus.FINISHED_ABORTED)
+    return tuple(refused)
+
+
+def test_watching_overdue_hot_refuses_as_a_scan_of_every_queue(monkeypatch):
+    rng = random.Random(4)
+    trace = [replace(r, in_contract=rng.random() < 0.6) for r in overload_trace(400, seed=3)]
+
+    def report():
+        out = summarize(simulate(trace, SimConfig(policy="laser"), cost=roofline()))
+        for key in TIMING:
+            out.pop(key)
+        return out
+
+    watched = report()
+    with monkeypatch.context() as m:
+        m.setattr(LaserScheduler, "_refuse_overdue", scan_refuse_overdue)
+        scanned = report()
+    assert watched == scanned
+    assert watched["hot"]["refused"] > 0  # the rule acted
