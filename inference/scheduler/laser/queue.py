@@ -11,6 +11,7 @@ so that the scan stops once no later deadline can hold a smaller slack (``min_ho
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -20,6 +21,17 @@ from inference.sequence import Sequence
 
 Entry = tuple[tuple, Sequence]
 _BULK = 16  # more dirty sequences than this: append and sort instead of one insort each
+_RATIO = 1.25  # TTFT targets within this factor share a band (``min_hot_slack``)
+_NO_BAND = -(1 << 30)  # a target that is not positive: its band is scanned whole
+
+
+def _band(target: float) -> int:
+    return math.floor(math.log(target) / math.log(_RATIO)) if target > 0 else _NO_BAND
+
+
+def _band_targets(band: int) -> tuple[float, float]:
+    """Bounds on the targets of a band, widened well past ``_band``'s rounding."""
+    return _RATIO ** band / 1.01, _RATIO ** (band + 1) * 1.01
 
 
 class WaitingIndex:
@@ -29,8 +41,9 @@ class WaitingIndex:
         self.classes: list[list[Entry]] = [[], [], [], []]
         self._keys: dict[str, tuple] = {}  # seq id -> the key it is listed under
         self._dirty: dict[str, Sequence] = {}  # waiting, not listed yet
-        # class 0 without a first token: (excess, TTFT target) -> [(deadline, seq id, seq)]
-        self._edf: dict[tuple[int, float], list[tuple[float, str, Sequence]]] = {}
+        # class 0 without a first token: (excess, band of the TTFT target) ->
+        # [(deadline, seq id, seq)] in deadline order
+        self._edf: dict[tuple[int, int], list[tuple[float, str, Sequence]]] = {}
         self._streams: dict[str, tuple[int, Sequence]] = {}  # class 0 with a first token
         self._tokens: Counter[int] = Counter()  # num_tokens of the ``_edf`` sequences
         self._most_tokens = 0
@@ -100,9 +113,10 @@ class WaitingIndex:
             if seq.first_token_time is not None:
                 self._streams[sid] = (k[1], seq)
                 continue
-            entries = edf.get((k[1], seq.targets.ttft_p99_s))
+            band = (k[1], _band(seq.targets.ttft_p99_s))
+            entries = edf.get(band)
             if entries is None:
-                entries = edf[k[1], seq.targets.ttft_p99_s] = []
+                entries = edf[band] = []
             if bulk:
                 entries.append((k[3], sid, seq))
             else:
@@ -126,8 +140,11 @@ class WaitingIndex:
         seq = entries.pop(i)[1]
         self._computed.discard(seq.seq_id)
         if k[0] == 0 and self._streams.pop(seq.seq_id, None) is None:
-            edf = self._edf[k[1], seq.targets.ttft_p99_s]
+            band = (k[1], _band(seq.targets.ttft_p99_s))
+            edf = self._edf[band]
             del edf[bisect_left(edf, (k[3], k[4]))]
+            if not edf:
+                del self._edf[band]
             n = len(seq.prompt_token_ids) + len(seq.output_token_ids)  # num_tokens
             self._tokens[n] -= 1
             if not self._tokens[n]:
@@ -151,10 +168,11 @@ class WaitingIndex:
     def min_hot_slack(self, excess: int, now: float, sp: Speeds) -> float:
         """``min_hot_slack_frac`` over the class-0 sequences of this excess, the same float.
 
-        Per TTFT target in deadline order: a later one has arrived no earlier (the deadline
-        is arrival plus the target) and has at most ``_most_tokens`` prompt tokens left, so
-        once that bound, less a margin far above the sums' rounding, is above the least slack
-        found, no later one can be smaller."""
+        Per band of TTFT targets in deadline order: a later one has arrived no earlier
+        than its deadline less its target (the deadline is arrival plus the target), its
+        target is within the band's bounds, and it has at most ``_most_tokens`` prompt
+        tokens left; so once that bound, less a margin far above the sums' rounding, is
+        above the least slack found, no later one in the band can be smaller."""
         if self._computed:  # prefill_left would not be num_tokens - 1: every one is asked
             return min_hot_slack_frac((q for k, q in self.classes[0] if k[1] == excess), now,
                                       sp)
@@ -162,14 +180,15 @@ class WaitingIndex:
                                  sp)
         per_token, step = sp.per_token_s, sp.step_s
         reach = self._most_tokens * per_token + step  # >= left * per_token + step
-        groups = [(target, entries) for (e, target), entries in self._edf.items()
-                  if e == excess and entries]
-        # each target's most urgent first: a low bound early ends the other scans sooner
+        bands = [(band, entries) for (e, band), entries in self._edf.items() if e == excess]
+        # each band's most urgent first: a low bound early ends the other scans sooner
         for start in (0, 1):
-            for target, entries in groups:
+            for band, entries in bands:
+                lo, hi = _band_targets(band) if band != _NO_BAND else (0.0, math.inf)
                 for deadline, _, seq in entries if start else entries[:1]:
-                    margin = 1e-9 * (1.0 + abs(now) + abs(deadline) + reach + target)
-                    if (deadline - now - reach - margin) / target > low:
+                    gap = deadline - now - reach - 1e-9 * (
+                        1.0 + abs(now) + abs(deadline) + reach + hi)
+                    if lo and gap / (lo if gap <= 0 else hi) > low:
                         break
                     t = seq.targets  # min_hot_slack_frac's sums, in its order
                     left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
