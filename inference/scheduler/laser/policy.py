@@ -276,19 +276,23 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     # ---- cold slack, aging, promotion, demotion -------------------------------------------
     def _age(self, now: float) -> None:
-        self._moved()
-        p = self.policy
+        """Waiting warm and cold sequences past their tier's bound rank as hot from now on.
+        Only their keys move (each key reads only marks whose every change moves it)."""
+        p, aged = self.policy, self.state.aged
         bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
         for seq in self.waiting:
             b = bound.get(seq.tier)
-            if b is not None and seq.first_scheduled_time is None and now - seq.arrival_time > b:
-                self.state.aged.add(seq.seq_id)
+            if (b is not None and seq.first_scheduled_time is None
+                    and now - seq.arrival_time > b and seq.seq_id not in aged):
+                aged.add(seq.seq_id)
+                self._moved(seq.seq_id)
 
     def _refresh_cold(self, now: float, changes: list) -> None:
         sp, p, st = self.speeds, self.policy, self.state
         cold = [s for s in self.seqs.values() if s.asked_tier is COLD]
         st.cold_slack = {s.seq_id: cold_slack(s, now, sp) for s in cold}
-        self._moved()
+        for seq in cold:  # only cold (and promoted) keys read the slack
+            self._moved(seq.seq_id)
         st.cold_need = p.cold_need_safety * cold_need_tokens(cold, now, sp)
         if not self.ablations.cold_slack_enabled:
             return

@@ -18,6 +18,7 @@ from inference.sim import SimConfig, simulate
 from inference.sim.profiles import traces_dir
 from inference.sim.scenarios import multi_turn
 from inference.sim.summary import TIMING, summarize
+from inference.sim.traces import TraceRequest
 from tests.inference.factories import make_request
 from tests.inference.sim.test_speedups import overload_trace, roofline
 
@@ -156,3 +157,38 @@ def test_watching_overdue_hot_refuses_as_a_scan_of_every_queue(monkeypatch):
         scanned = report()
     assert watched == scanned
     assert watched["hot"]["refused"] > 0  # the rule acted
+
+
+def check_cached_keys(sched) -> None:
+    """Every cached sort key is the key the sequence has now: no mark changes without
+    moving the keys that read it (so a refresh need not move every key)."""
+    for seq_id, key in sched._keys.items():
+        seq = sched.seqs.get(seq_id)
+        if seq is not None:
+            assert key == sched._key(seq), seq_id
+
+
+def mixed_trace(seed: int = 5) -> list[TraceRequest]:
+    """Hot, warm and cold (with deadlines, some tight) past capacity for a minute: warm
+    ages, cold is promoted, hot is demoted."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(1500):
+        tier = rng.choice((Tier.HOT, Tier.WARM, Tier.COLD))
+        deadline = rng.choice((20.0, 60.0, 600.0)) if tier is Tier.COLD else None
+        out.append(TraceRequest(i * 0.04, tier, rng.randint(200, 3000), rng.randint(2, 60),
+                                deadline_s=deadline, job=f"j{i % 7}" if deadline else None,
+                                in_contract=rng.random() < 0.8))
+    return out
+
+
+def test_cached_keys_stay_fresh_every_step():
+    aged: set[str] = set()
+
+    def on_step(sched):
+        check_cached_keys(sched)
+        sched._queue.check(sched.waiting)
+        aged.update(sched.state.aged)
+
+    run = simulate(mixed_trace(), SimConfig(policy="laser"), cost=roofline(), on_step=on_step)
+    assert run.scheduler.num_promotions and run.scheduler.num_demotions and aged
