@@ -192,3 +192,10 @@ def test_cached_keys_stay_fresh_every_step():
 
     run = simulate(mixed_trace(), SimConfig(policy="laser"), cost=roofline(), on_step=on_step)
     assert run.scheduler.num_promotions and run.scheduler.num_demotions and aged
+
+
+def test_nothing_is_kept_for_finished_sequences():
+    run = simulate(mixed_trace(), SimConfig(policy="laser"), cost=roofline())
+    sched = run.scheduler
+    assert not sched.seqs and not sched._requests and not sched.state.hot_due
+    assert not len(sched._queue) and not sched.state.hot_watch
