@@ -282,12 +282,15 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         Only their keys move (each key reads only marks whose every change moves it)."""
         p, aged = self.policy, self.state.aged
         bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
-        for seq in self.waiting:
+        older = []
+        for seq in self._queue.unranked(0):  # class 0 is hot (no bound) or aged already
             b = bound.get(seq.tier)
             if (b is not None and seq.first_scheduled_time is None
                     and now - seq.arrival_time > b and seq.seq_id not in aged):
-                aged.add(seq.seq_id)
-                self._moved(seq.seq_id)
+                older.append(seq)
+        for seq in older:
+            aged.add(seq.seq_id)
+            self._moved(seq.seq_id)
 
     def _refresh_cold(self, now: float, changes: list) -> None:
         sp, p, st = self.speeds, self.policy, self.state

@@ -160,6 +160,15 @@ class WaitingIndex:
     def __len__(self) -> int:
         return len(self._keys) + len(self._dirty)
 
+    def unranked(self, cls: int) -> list[Sequence]:
+        """Every waiting sequence but those listed in class ``cls`` (a sequence not listed
+        yet may be of any class)."""
+        out = list(self._dirty.values())
+        for c, entries in enumerate(self.classes):
+            if c != cls:
+                out += [q for _, q in entries]
+        return out
+
     def has_in_contract_hot(self) -> bool:
         """Some class-0 sequence is in contract (excess 0 sorts first)."""
         hot = self.classes[0]
