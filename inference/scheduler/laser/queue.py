@@ -5,8 +5,9 @@ least hot slack over it, every step made a step's cost grow with the queue (an h
 with the square of its length). ``WaitingIndex`` keeps one sorted list of ``(key, seq)``
 per class instead; a sequence whose key moved (``LaserScheduler._moved``) leaves its list and
 is put back at the next ``sync``. The keys are the policy's cached ones, as the fill read
-them before. For the least hot slack, class 0 is also kept by TTFT target in deadline order,
-so that the scan stops once no later deadline can hold a smaller slack (``min_hot_slack``).
+them before. For the least hot slack, class 0 is also kept by band of TTFT targets in
+deadline order, so that the scan stops once no later deadline can hold a smaller slack
+(``min_hot_slack``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from inference.sequence import Sequence
 Entry = tuple[tuple, Sequence]
 _BULK = 16  # more dirty sequences than this: append and sort instead of one insort each
 _RATIO = 1.25  # TTFT targets within this factor share a band (``min_hot_slack``)
-_NO_BAND = -(1 << 30)  # a target that is not positive: its band is scanned whole
+_NO_BAND = -(1 << 30)  # a target not positive and finite: its band is scanned whole
 
 
 def _band(target: float) -> int:
-    return math.floor(math.log(target) / math.log(_RATIO)) if target > 0 else _NO_BAND
+    if not 0 < target < math.inf:  # (NaN too)
+        return _NO_BAND
+    return math.floor(math.log(target) / math.log(_RATIO))
 
 
 def _band_targets(band: int) -> tuple[float, float]:

@@ -4,6 +4,7 @@ is ``min_hot_slack_frac``'s, bit for bit."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -32,7 +33,8 @@ def hot_key(seq) -> tuple:
 def random_hot(rng: random.Random, n: int) -> list:
     seqs = []
     for i in range(n):
-        targets = ContractTargets(ttft_p99_s=rng.choice((0.2, 0.5, 2.0, rng.uniform(0.1, 30))))
+        target = rng.choice((0.2, 0.5, 2.0, rng.uniform(0.1, 30), math.inf))
+        targets = ContractTargets(ttft_p99_s=target)
         seq = make_request(f"r{i}", prompt_len=rng.randint(1, 4000),
                            arrival=rng.uniform(0, 100), targets=targets)[0]
         seq.in_contract = rng.random() < 0.7
