@@ -11,7 +11,8 @@ on the blocks the chunks before it took and the victims before it freed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable
 from collections.abc import Sequence as Seqs
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -21,6 +22,7 @@ from inference.request import Tier
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.share import decodes_within, protected
 from inference.scheduler.laser.slack import (
     Speeds,
@@ -49,7 +51,8 @@ class FillMode(Enum):
 @dataclass(frozen=True, slots=True)
 class FillView:
     """What one step's fill reads (the queues are the policy's own lists: the fill only
-    reads them). ``key`` is the policy's sort key (class first), ``keys`` its cache;
+    reads them). ``key`` is the policy's sort key (class first), ``queue`` the waiting
+    sequences listed under it;
     ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
     ``hold_tokens``/``hold_blocks`` the hot reserve, ``lent`` the sequences that borrow its
     blocks; ``has_held`` whether a paused forward holds sequences (and blocks)."""
@@ -58,7 +61,6 @@ class FillView:
     running: Seqs[Sequence]
     waiting: Seqs[Sequence]
     key: Callable[[Sequence], tuple]
-    keys: Mapping[str, tuple]
     config: SchedulerConfig
     policy: LaserPolicyConfig
     ablations: LaserAblations
@@ -74,6 +76,7 @@ class FillView:
     kv: BlockManager
     try_schedule: Callable[[Sequence, int], Chunk | None]
     release_unscheduled: Callable[[Sequence], None]
+    queue: WaitingIndex | None = None  # ``waiting`` by class in key order (None: built here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,34 +148,49 @@ class StepFill:
 
     def _run(self) -> None:
         v = self.v
-        key, keys = v.key, v.keys
+        key = v.key
         keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
-        waiting = [(keys.get(q.seq_id) or key(q), q) for q in v.waiting]
+        queue = v.queue if v.queue is not None else WaitingIndex.of(v.waiting, key)
+        classes: tuple[int, ...] = (0, 1, 2, 3)
         if self.mode is not FillMode.ALL:  # class 0 only, or all but class 0
             hot = self.mode is FillMode.HOT
             keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
-            waiting = [(k, q) for k, q in waiting if (k[0] == 0) == hot]
+            classes = (0,) if hot else (1, 2, 3)
         self.context = sum(q.num_computed_tokens for _, q in keyed)
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
-        decodes = self._limits(decodes, prefills, waiting)
+        decodes = self._limits(decodes, prefills, queue if 0 in classes else None)
         for k, q in decodes:
             self._run_one(k, q, 1)
-        for group in self._by_class(prefills, waiting):
-            if not self._walk(group):
+        plain = queue.plain
+        for group, waiting in self._by_class(prefills, queue, classes):
+            if not self._walk(group, waiting, plain):
                 return
 
-    def _walk(self, group: list) -> bool:
-        """Prefill chunks for one class's (key, sequence, is_waiting) in key order; False
-        once the step's budget is used up.
+    def _walk(self, prefills: list, waiting: list, plain: bool = False) -> bool:
+        """Prefill chunks for one class's running prefills and waiting sequences (each a
+        list of (key, sequence) in key order), merged in key order; False once the step's
+        budget is used up.
 
         ``idle`` holds the (excess, start) of waiting sequences that got nothing since the
         fill last changed: another waiting one with the same pair gets nothing either
         (``_prefill`` reads nothing else of a waiting sequence before it acts), so a long
-        queue behind a spent allowance is passed over without asking again."""
+        queue behind a spent allowance is passed over without asking again. When ``plain``
+        (no waiting sequence has computed tokens, so each one's pair is (excess, 0)) and no
+        running prefill is left, the walk ends as soon as every pair still to come is idle,
+        and skips to the excess ones when only the in-contract pair is: the rest would all be
+        passed over (the excess part of the key only grows, up to the last one's)."""
         idle: set[tuple[int, int]] = set()
-        for k, q, is_waiting in group:
+        r, nr, i, nw = 0, len(prefills), 0, len(waiting)
+        last = waiting[-1][0] if waiting else ()  # its excess: the largest still to come
+        while r < nr or i < nw:
+            if r < nr and (i >= nw or prefills[r][0] < waiting[i][0]):
+                (k, q), is_waiting = prefills[r], False
+                r += 1
+            else:
+                (k, q), is_waiting = waiting[i], True
+                i += 1
             if self.used >= self.budget:
                 return False
             if k[0] in self._spent:  # the class's allowance ran out earlier this step
@@ -180,6 +198,10 @@ class StepFill:
             if is_waiting:
                 mark = (k[1], q.num_computed_tokens)
                 if mark in idle:
+                    if plain and r >= nr:
+                        if k[1] or (1, 0) in idle or not last[1]:
+                            return True
+                        i = bisect_left(waiting, ((k[0], 1),), i)  # on to the excess
                     continue
                 if self._prefill(k, q, True):
                     idle.clear()
@@ -189,25 +211,24 @@ class StepFill:
                 idle.clear()
         return True
 
-    def _by_class(self, prefills, waiting):
-        """Prefills and waiting requests in key order, one class at a time; a class whose
-        allowance is already spent is skipped without sorting it (long cold queues)."""
+    def _by_class(self, prefills, queue: WaitingIndex, classes: tuple[int, ...]):
+        """Each class's running prefills (sorted here) and waiting sequences (kept sorted by
+        the queue), one class at a time; a class whose allowance is already spent is
+        skipped (long cold queues)."""
         groups: list[list] = [[], [], [], []]
         for k, q in prefills:
-            groups[k[0]].append((k, q, False))
-        running = [len(g) for g in groups]  # running prefills per class
-        for k, q in waiting:
-            groups[k[0]].append((k, q, True))
+            groups[k[0]].append((k, q))
         seats = self.v.config.max_num_seqs
-        for cls, group in enumerate(groups):
-            if not group or cls in self._spent or self._allowance(cls) <= 0:
+        for cls in classes:
+            group, waiting = groups[cls], queue.classes[cls]
+            if not (group or waiting) or cls in self._spent or self._allowance(cls) <= 0:
                 continue
-            if cls > 1 and not running[cls] and (self._admit_closed or self.n_running >= seats):
-                continue  # only waiting requests that could not be admitted: skip the sort
+            if cls > 1 and not group and (self._admit_closed or self.n_running >= seats):
+                continue  # only waiting requests that could not be admitted
             group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
-            yield group
+            yield group, waiting
 
-    def _limits(self, decodes, prefills, waiting) -> list:
+    def _limits(self, decodes, prefills, queue: WaitingIndex | None) -> list:
         """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap.
 
         Returns the decodes to run: while an in-contract hot request's TTFT slack is short,
@@ -228,11 +249,15 @@ class StepFill:
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        prompts = [w for w in prefills if w[0][0] == 0] + [w for w in waiting if w[0][0] == 0]
+        prompts = [w for w in prefills if w[0][0] == 0]  # and the queue's class 0
         # an in-contract hot prompt waits or prefills
-        self.contract_first = any(not k[1] for k, _ in prompts)
+        self.contract_first = any(not k[1] for k, _ in prompts) or bool(
+            queue and queue.has_in_contract_hot())
         ttft_min = min_hot_slack_frac((q for k, q in prompts if not k[1]), self.now, sp)
         excess_min = min_hot_slack_frac((q for k, q in prompts if k[1]), self.now, sp)
+        if queue is not None:
+            ttft_min = min(ttft_min, queue.min_hot_slack(0, self.now, sp))
+            excess_min = min(excess_min, queue.min_hot_slack(1, self.now, sp))
         self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
         self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:

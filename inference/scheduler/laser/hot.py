@@ -17,6 +17,8 @@ in-contract work before excess, so excess reaches the bound, and is refused, fir
 
 from __future__ import annotations
 
+import heapq
+
 from inference.errors import EngineOverloaded
 from inference.request import Tier
 from inference.scheduler.laser.fill import MIN_HOT_CHUNK
@@ -89,22 +91,60 @@ class HotTriage:
         step after step (hot comes first), and without this a demoted request waited until
         aging made it hot again (30 s on the CPU engine). One in a paused forward is refused
         too (its blocks are freed when the forward completes)."""
-        factor = self.policy.overload_ttft_factor
-        overdue = [s for q in (self.running, self.waiting, self.pause.held) for s in q
-                   if s.asked_tier is HOT and s.tier is WARM and s.first_token_time is None
-                   and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
+        factor, st = self.policy.overload_ttft_factor, self.state
+        overdue = [s for s in self._overdue_watch(now)
+                   if s.tier is WARM and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
         refused = []
+        excess = []
         for seq in overdue:
-            if not self.excess(seq):  # in contract: served next (class 0), not refused
-                if seq.seq_id not in self.state.aged and seq in self.waiting:
-                    self.state.aged.add(seq.seq_id)
-                    self._moved(seq.seq_id)
-                continue
+            if self.excess(seq):
+                place = self._place(seq)
+                if place is not None:
+                    excess.append((place, seq))
+            elif seq in self._queue:  # in contract: served next (class 0), not refused
+                st.aged.add(seq.seq_id)
+                self._moved(seq.seq_id)
+        for _, seq in sorted(excess, key=lambda e: e[0]):  # queue order, as a scan would
             limit = factor * seq.targets.warm_mean_ttft_s
             refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
                                         f"token within {limit:.2f} s"))
             self._finish(seq, SequenceStatus.FINISHED_ABORTED)
         return tuple(refused)
+
+    def watch_hot(self, seqs: list[Sequence]) -> None:
+        """Admitted sequences that asked for hot: ``_refuse_overdue`` looks at them once
+        warm's bound may have passed (a heap by that time, instead of a scan of every queue
+        each step)."""
+        factor = self.policy.overload_ttft_factor
+        for seq in seqs:
+            if seq.asked_tier is HOT:
+                due = seq.arrival_time + factor * seq.targets.warm_mean_ttft_s
+                heapq.heappush(self.state.hot_watch, (due, seq.seq_id, seq))
+
+    def _overdue_watch(self, now: float) -> list[Sequence]:
+        """The watched sequences whose bound may have passed (the heap's time less a margin
+        far above the rounding of ``now - arrival``) and that may still be refused or aged:
+        not finished, no first token, not in contract and aged already."""
+        st = self.state
+        watch, due = st.hot_watch, st.hot_due
+        while watch and watch[0][0] <= now + 1e-9 * (1.0 + abs(now) + abs(watch[0][0])):
+            _, seq_id, seq = heapq.heappop(watch)
+            if seq_id in self.seqs:
+                due[seq_id] = seq
+        for seq_id, seq in list(due.items()):
+            if (seq_id not in self.seqs or seq.first_token_time is not None
+                    or (not self.excess(seq) and seq_id in st.aged)):
+                del due[seq_id]  # done with: nothing here can act on it again
+        return list(due.values())
+
+    def _place(self, seq: Sequence) -> tuple[int, int] | None:
+        """Where ``seq`` stands in running, waiting and the paused forward, in that order."""
+        if seq in self._queue:
+            return 1, self.waiting.index(seq)
+        for n, queue in ((0, self.running), (2, self.pause.held)):
+            if seq in queue:
+                return n, queue.index(seq)
+        return None
 
     def _may_demote(self) -> bool:
         """Triage demotes within ``triage_demotion_budget`` of the hot requests admitted."""

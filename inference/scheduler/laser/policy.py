@@ -30,6 +30,7 @@ from inference.scheduler.laser.fill import FillMode, FillResult, FillView, StepF
 from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
+from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.reserve import HotReserve
 from inference.scheduler.laser.slack import (
     Speeds,
@@ -66,6 +67,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self.state = LaserState(hot_step_tokens=config.max_num_batched_tokens)
         self.pause = PauseState(layers=pause_layers)
         self._keys: dict[str, tuple] = {}  # seq id -> key(); see ``_moved``
+        self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
+        self._requests: dict[str, list[Sequence]] = {}  # request id -> its sequences
 
     @property
     def num_demotions(self) -> int:
@@ -90,6 +93,25 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             self._keys.clear()
         else:
             self._keys.pop(seq_id, None)
+        self._queue.moved(seq_id)
+
+    # ---- the waiting queue: ``_queue`` follows every change to ``waiting`` ----------------
+    def add(self, seqs: list[Sequence], now: float) -> None:
+        super().add(seqs, now)
+        for seq in seqs:
+            if seq.parent_id is None:
+                self._queue.enter(seq)
+            self._requests.setdefault(seq.request_id, []).append(seq)
+        if self.ablations.overload_demotion_enabled:
+            self.watch_hot(seqs)
+
+    def requeue_preempted(self, seq: Sequence) -> None:
+        super().requeue_preempted(seq)
+        self._queue.enter(seq)
+
+    def start_running(self, seq: Sequence, now: float) -> None:
+        super().start_running(seq, now)
+        self._queue.leave(seq)
 
     # ---- engine hooks ---------------------------------------------------------------------
     def observe_step(self, num_tokens: int, seconds: float) -> None:
@@ -222,7 +244,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _view(self, now: float, mode: FillMode) -> FillView:
         ab, budget = self.ablations, self.config.max_num_batched_tokens
         return FillView(
-            now=now, running=self.running, waiting=self.waiting, key=self.key, keys=self._keys,
+            now=now, running=self.running, waiting=self.waiting, key=self.key,
+            queue=self._queue.sync(self.key),
             config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
             pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.OTHER else None,
@@ -255,19 +278,26 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     # ---- cold slack, aging, promotion, demotion -------------------------------------------
     def _age(self, now: float) -> None:
-        self._moved()
-        p = self.policy
+        """Waiting warm and cold sequences past their tier's bound rank as hot from now on.
+        Only their keys move (each key reads only marks whose every change moves it)."""
+        p, aged = self.policy, self.state.aged
         bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
-        for seq in self.waiting:
+        older = []
+        for seq in self._queue.unranked(0):  # class 0 is hot (no bound) or aged already
             b = bound.get(seq.tier)
-            if b is not None and seq.first_scheduled_time is None and now - seq.arrival_time > b:
-                self.state.aged.add(seq.seq_id)
+            if (b is not None and seq.first_scheduled_time is None
+                    and now - seq.arrival_time > b and seq.seq_id not in aged):
+                older.append(seq)
+        for seq in older:
+            aged.add(seq.seq_id)
+            self._moved(seq.seq_id)
 
     def _refresh_cold(self, now: float, changes: list) -> None:
         sp, p, st = self.speeds, self.policy, self.state
         cold = [s for s in self.seqs.values() if s.asked_tier is COLD]
         st.cold_slack = {s.seq_id: cold_slack(s, now, sp) for s in cold}
-        self._moved()
+        for seq in cold:  # only cold (and promoted) keys read the slack
+            self._moved(seq.seq_id)
         st.cold_need = p.cold_need_safety * cold_need_tokens(cold, now, sp)
         if not self.ablations.cold_slack_enabled:
             return
@@ -319,15 +349,19 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     def _retier(self, rid: str, old: Tier, new: Tier, now: float, changes: list,
                 reason: str) -> None:
-        for seq in self.seqs.values():
-            if seq.request_id == rid and seq.tier is old:
+        for seq in self._requests.get(rid, ()):  # in ``seqs`` order, as a scan of it
+            if seq.tier is old and seq.seq_id in self.seqs:
                 seq.tier = new
                 self._moved(seq.seq_id)
                 changes.append((seq.seq_id, TierChange(old, new, reason, now)))
 
     def _finish(self, seq, status) -> None:
         super()._finish(seq, status)
+        self._queue.leave(seq)
         self._moved(seq.seq_id)
+        mine = self._requests.get(seq.request_id, ())
+        if not any(s.seq_id in self.seqs for s in mine):
+            self._requests.pop(seq.request_id, None)
         st = self.state
         st.forget(seq)
         if seq.request_id in st.demoted and not any(

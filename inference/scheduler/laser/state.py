@@ -26,6 +26,10 @@ class LaserState:
     hot_refused: bool = False  # a hot request was refused since the last step
     hot_min_slack: float = math.inf  # least hot slack (fraction of target) in the last step
     hot_step_tokens: int = 0  # hot's token allowance in the last step with hot work
+    # (warm's bound, seq id, seq) of the sequences that asked for hot; popped into
+    # ``hot_due`` once the bound may have passed (``HotTriage._refuse_overdue``)
+    hot_watch: list[tuple[float, str, Sequence]] = field(default_factory=list)
+    hot_due: dict[str, Sequence] = field(default_factory=dict)
     # ---- warm and cold --------------------------------------------------------------------
     promoted: set[str] = field(default_factory=set)  # cold seq ids promoted to warm
     aged: set[str] = field(default_factory=set)  # waiting seq ids past their tier's bound
@@ -42,6 +46,7 @@ class LaserState:
     def forget(self, seq: Sequence) -> None:
         """A finished sequence leaves every per-sequence mark."""
         self.hot_late.discard(seq.seq_id)
+        self.hot_due.pop(seq.seq_id, None)
         self.promoted.discard(seq.seq_id)
         self.aged.discard(seq.seq_id)
         self.cold_slack.pop(seq.seq_id, None)

@@ -46,8 +46,10 @@ def roofline() -> CostModel:
     return CostModel(MODELS["llama3-8b"], GPUS["a100"], None)  # prices prefill attention
 
 
-def plain_walk(self, group) -> bool:
+def plain_walk(self, prefills, waiting, plain=False) -> bool:
     """``StepFill._walk`` without its skip: every sequence of the class is asked."""
+    group = sorted([(k, q, False) for k, q in prefills] + [(k, q, True) for k, q in waiting],
+                   key=lambda item: item[0])
     for k, q, is_waiting in group:
         if self.used >= self.budget:
             return False
@@ -89,28 +91,60 @@ def test_passing_over_an_idle_queue_leaves_a_multi_turn_report_unchanged(monkeyp
     assert skipping == every and asked < asked_all
 
 
-def test_walk_asks_again_once_the_fill_changed():
-    # _prefill scripted: True (the fill changed) for the sequences named in ``acts``
+def scripted_fill(acts: set[str], asked: list[str]) -> StepFill:
+    """A fill whose ``_prefill`` records who it was asked for and answers True (the fill
+    changed) for the sequences named in ``acts``."""
     fill = StepFill.__new__(StepFill)
     fill.used, fill.budget, fill._spent, fill.gone = 0, 100, set(), set()
-    asked: list[str] = []
-    acts = {"d", "r"}
 
     def prefill(key, seq, is_waiting):
         asked.append(seq.seq_id)
         return seq.seq_id in acts
 
     fill._prefill = prefill
+    return fill
 
-    def item(name, excess=0, start=0, waiting=True):
-        return (3, excess, name), SimpleNamespace(seq_id=name, num_computed_tokens=start), waiting
 
-    group = [item("a"), item("b"), item("c", excess=1), item("d", start=16), item("x"),
-             item("r", waiting=False), item("e"), item("f"), item("g", excess=1)]
-    assert fill._walk(group)
-    # b: a's pair, nothing changed since; c and d differ in excess or start; d acted, so x
-    # (a's pair again) is asked; r (a running prefill) acted, so e is asked; f: e's pair
-    assert asked == ["a", "c", "d", "x", "r", "e", "g"]
+def item(n: int, name: str, excess: int = 0, start: int = 0):
+    return (3, excess, n), SimpleNamespace(seq_id=name, num_computed_tokens=start)
+
+
+def test_walk_asks_again_once_the_fill_changed():
+    asked: list[str] = []
+    fill = scripted_fill({"d", "r"}, asked)
+    waiting = [item(0, "a"), item(1, "b"), item(2, "d", start=16), item(3, "x"),
+               item(5, "e"), item(6, "f"), item(7, "c", excess=1), item(8, "g", excess=1)]
+    assert fill._walk([item(4, "r")], waiting)
+    # b: a's pair, nothing changed since; d differs in start and acted, so x (a's pair
+    # again) is asked; r (a running prefill) acted, so e is asked; f: e's pair; c differs in
+    # excess; g: c's pair
+    assert asked == ["a", "d", "x", "r", "e", "c"]
+
+
+class Counted(list):
+    """A list that counts the items read by index."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("excess_last", [0, 1])
+def test_a_plain_walk_stops_once_every_pair_to_come_is_idle(excess_last):
+    asked: list[str] = []
+    fill = scripted_fill({"r"}, asked)
+    waiting = Counted([item(i, f"w{i}") for i in range(50)]
+                      + [item(50 + i, f"x{i}", excess=1) for i in range(10 * excess_last)])
+    assert fill._walk([item(3, "r")], waiting, plain=True)
+    # w0 idle; r acts; w4 is asked again, then (if any) x0; the walk passes over the rest
+    # of the in-contract pairs, and ends at the next excess one, without reading them
+    assert asked == ["w0", "r", "w4"] + ["x0"] * excess_last
+    assert waiting.reads < 25  # of 50 or 60
+    everyone: list[str] = []
+    assert plain_walk(scripted_fill({"r"}, everyone), [item(3, "r")], waiting)
+    assert set(asked) <= set(everyone)
 
 
 def test_min_hot_slack_frac_is_the_least_hot_slack_frac_bit_for_bit():
