@@ -4,7 +4,7 @@ plus one step (issue 23), and the noisy-neighbour scenario's contract marks."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
@@ -104,19 +104,29 @@ class LongestStep:
 @pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
 @settings(max_examples=3, deadline=None)
 @given(st.integers(0, 10_000), st.floats(45.0, 90.0))
+@example(981, 87.0)  # unmarked, an in-contract turn served as warm got its first token 0.84 s past
+# warm's bound plus a step: in contract it is served next there, never refused, not bounded
 def test_multi_turn_at_its_highest_load_keeps_the_bound(seed, duration):
-    # MT at load 2, the highest the docs run it at (issue 19 item 3): every hot turn is
-    # served, demoted or refused within its target plus the longest step, and a demoted one
-    # gets its first token within warm's bound (overload factor x warm mean TTFT) plus a step
-    # or is refused
+    # MT at load 2, the highest the docs run it at (issue 19 item 3), two of its tenants
+    # over a 6-requests-a-minute contract: every hot turn is served, demoted or refused within
+    # its target plus the longest step; past warm's bound (overload factor x warm mean TTFT)
+    # a demoted excess turn has its first token (plus a step) or is refused, and a demoted
+    # in-contract one is served next, never refused
     cfg = SimConfig(policy="laser")
     cost = LongestStep(cost_model_for(cfg.gpu, cfg.model))
-    run = simulate(multi_turn(2.0, duration, seed=seed), cfg, cost=cost)
+    trace = multi_turn(2.0, duration, seed=seed)
+    trace = mark_contract(trace, dict.fromkeys(sorted({r.tenant for r in trace})[:2], 6))
+    excess = {(r.tenant, r.arrival_s) for r in trace if not r.in_contract}
+    run = simulate(trace, cfg, cost=cost)
     hot = [r for r in run.accounting.records if r.tier is Tier.HOT]
-    assert hot
+    assert hot and excess
     slack = cost.longest + cfg.idle_tick_s
     warm_bound = LaserPolicyConfig().overload_ttft_factor * cfg.contracts.warm_mean_ttft_s
     for r in hot:
         assert r.outcome_wait <= r.ttft_target + slack, r
-        if r.served_as_warm and not r.refused:
-            assert r.ttft <= warm_bound + slack, r
+        if not r.served_as_warm:
+            continue
+        if (r.tenant, r.arrival) in excess:
+            assert r.refused or r.ttft <= warm_bound + slack, r
+        else:
+            assert not r.refused, r
