@@ -1,11 +1,12 @@
 """Hot TBT when the batch is shared (issue 23), in process on the bundled model: 2 hot chat
 streams (TBT target 0.1 s; TTFT target 30 s, so that they are not demoted) beside 14 warm
-bulk streams (``--bulk excess``: hot streams above their tenant's contract), with laser's
+bulk streams (``--bulk cold``: cold ones, as ``service_tier: "flex"`` sends; ``--bulk
+excess``: hot streams above their tenant's contract), with laser's
 shared-batch TBT cap on and off (``LaserAblations.tbt_share_enabled``), runs interleaved
 on/off so both see the same machine.
 
     .venv/bin/python bench/shared_batch_tbt.py [--pairs 2] [--tokens 48] [--threads 1]
-        [--bulk warm|excess]
+        [--bulk warm|cold|excess]
 
 Per run, from the engine's own token times: the hot streams' per-request P99 gap (the worst of
 the two) and mean gap, the warm streams' mean gap, and the run's wall time. Writes
@@ -44,11 +45,12 @@ def one_run(engine: LLMEngine, share: bool, tokens: int, tag: str, bulk: str) ->
     sched.ablations = dataclasses.replace(sched.ablations, tbt_share_enabled=share)
     sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     times: dict[str, list[float]] = {}
+    tier = {"warm": Tier.WARM, "cold": Tier.COLD, "excess": Tier.HOT}[bulk]
+    deadline = time.time() + 3600 if tier is Tier.COLD else None
     for i in range(14):  # bulk first, so the chats join a full batch
-        tier = Tier.WARM if bulk == "warm" else Tier.HOT
         engine.add_request(EngineRequest(f"{tag}w{i}", sp, prompt=f"Write about topic {i}.",
                                          tier=tier, tenant_id="bulk", targets=CHAT,
-                                         in_contract=bulk == "warm"))
+                                         in_contract=bulk != "excess", deadline=deadline))
     for _ in range(3):
         engine.step()
     for i in range(2):
@@ -72,8 +74,9 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--bulk", choices=("warm", "excess"), default="warm",
-                    help="the 14 bulk streams: warm, or hot above their tenant's contract")
+    ap.add_argument("--bulk", choices=("warm", "cold", "excess"), default="warm",
+                    help="the 14 bulk streams: warm, cold (an hour's deadline, as the "
+                         "service_tier 'flex'), or hot above their tenant's contract")
     args = ap.parse_args()
     engine = LLMEngine(EngineConfig(num_threads=args.threads))
     runs = []
