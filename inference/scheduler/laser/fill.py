@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Callable
-from collections.abc import Sequence as Seqs
-from dataclasses import dataclass
-from enum import Enum, auto
 
-from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.request import Tier
-from inference.scheduler.config import SchedulerConfig
-from inference.scheduler.cost import CostEstimator, largest_fitting, max_tokens_within
-from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.cost import largest_fitting, max_tokens_within
+from inference.scheduler.laser.fillview import Chunk, FillMode, FillResult, FillView
+from inference.scheduler.laser.preempt import Preemption
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.share import decodes_within, protected
 from inference.scheduler.laser.slack import (
-    Speeds,
     hot_slack_frac,
     min_hot_slack_frac,
     warm_gap_s,
@@ -36,71 +30,9 @@ from inference.sequence import Sequence
 MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
 # a floor for every waiting hot prompt would add up past the cap in a burst)
 HOT = Tier.HOT
-Chunk = tuple[ScheduledSeq, list[BlockCopy]]
 
 
-class FillMode(Enum):
-    """Which work a step's fill takes: ``HOT`` only class 0 (hot and aged), ``OTHER`` all
-    but class 0 (a pausable step, under the pause cap), ``ALL`` both."""
-
-    HOT = auto()
-    OTHER = auto()
-    ALL = auto()
-
-
-@dataclass(frozen=True, slots=True)
-class FillView:
-    """What one step's fill reads (the queues are the policy's own lists: the fill only
-    reads them). ``key`` is the policy's sort key (class first), ``queue`` the waiting
-    sequences listed under it;
-    ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
-    ``hold_tokens``/``hold_blocks`` the hot reserve, ``lent`` the sequences that borrow its
-    blocks; ``has_held`` whether a paused forward holds sequences (and blocks)."""
-
-    now: float
-    running: Seqs[Sequence]
-    waiting: Seqs[Sequence]
-    key: Callable[[Sequence], tuple]
-    config: SchedulerConfig
-    policy: LaserPolicyConfig
-    ablations: LaserAblations
-    cost: CostEstimator
-    speeds: Speeds
-    tbt_safety: float
-    pause_cap_s: float | None
-    hold_tokens: int
-    hold_blocks: int
-    lent: frozenset[str]
-    cold_need: float
-    has_held: bool
-    kv: BlockManager
-    try_schedule: Callable[[Sequence, int], Chunk | None]
-    release_unscheduled: Callable[[Sequence], None]
-    queue: WaitingIndex | None = None  # ``waiting`` by class in key order (None: built here)
-
-
-@dataclass(frozen=True, slots=True)
-class FillResult:
-    """A step's decisions: ``items`` to run, ``started`` waiting sequences that now run,
-    ``preempted`` running ones (their blocks already freed) to requeue, ``finish_paused``
-    when class-0 work needs the paused forward's blocks, ``lent`` the running sequences that
-    borrow the hot block reserve after the step; and what the policy learns from the step."""
-
-    mode: FillMode
-    items: tuple[Chunk, ...]
-    started: tuple[Sequence, ...]
-    preempted: tuple[Sequence, ...]
-    finish_paused: bool
-    lent: frozenset[str]
-    used_by_class: tuple[int, ...]
-    hot_blocks: int
-    hot_min_slack: float
-    hot_cap: int
-    context: int
-    estimate_s: float
-
-
-class StepFill:
+class StepFill(Preemption):
     """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``)."""
 
     def __init__(self, view: FillView, mode: FillMode = FillMode.ALL) -> None:
@@ -440,47 +372,3 @@ class StepFill:
         if self._attn is None or item.num_tokens == 1:
             return 0.0
         return self._attn(item.start, item.num_tokens)
-
-    def _preempt_below(self, key: tuple) -> bool:
-        """Preempt the least urgent running sequence ranked after ``key``; False if none.
-        Hot work takes the hot block reserve back from its borrowers first."""
-        if key[0] == 0 and (self.v.lent or self.borrowed) and self._reclaim():
-            return True
-        while self.victims:
-            victim = self.victims[-1]
-            if victim.seq_id in self.gone:
-                self.victims.pop()
-                continue
-            if self.v.key(victim) <= key:
-                return False
-            self.victims.pop()
-            self._preempt(victim)
-            return True
-        return False
-
-    def _reclaim(self) -> bool:
-        """Preempt the least urgent running borrower of the hot block reserve, if any."""
-        lent, new = self.v.lent, self.borrowed
-        for i in range(len(self.victims) - 1, -1, -1):
-            victim = self.victims[i]
-            sid = victim.seq_id
-            if sid not in self.gone and (sid in lent or sid in new) and self.v.key(victim)[0]:
-                del self.victims[i]
-                self._preempt(victim)
-                return True
-        return False
-
-    def _preempt(self, seq: Sequence) -> None:
-        entry = self.items.pop(seq.seq_id, None)
-        if entry is not None:
-            (item, _), cls = entry
-            self.used -= item.num_tokens
-            self.used_by_class[cls] -= item.num_tokens
-            self.attn_s -= self._chunk_attn(item)
-            if cls == 0:
-                self.hot_blocks -= self._computed_blocks(seq)
-        self.v.kv.free(seq)
-        self.gone.add(seq.seq_id)
-        self.preempted.append(seq)
-        self.n_running -= 1
-        self._spent.clear()

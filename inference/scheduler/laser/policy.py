@@ -26,7 +26,8 @@ from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
 from inference.scheduler.laser.admission import check_cold, check_hot
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
-from inference.scheduler.laser.fill import FillMode, FillResult, FillView, StepFill
+from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.fillview import FillMode, FillResult, FillView
 from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
