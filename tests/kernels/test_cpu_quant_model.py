@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import kernels
-from inference.model import LlamaModel, ModelConfig
+from inference.model import LlamaModel
 from kernels import _cpu
 from kernels._cpu import quant
 from kernels.backends import Packing
+from tests.kernels.block_model import block_model
 from tests.kernels.paged import rel_err
 
 if TYPE_CHECKING:
@@ -22,23 +23,7 @@ pytestmark = pytest.mark.skipif(not quant.supported(),
 
 
 def _model(blocks: bool = False, layers: int = 2) -> LlamaModel:
-    """A tiny Llama whose rows are whole 32-blocks (the GGUF formats' unit); with ``blocks``
-    its projections and head are Q8_0 values (as the GGUF's dequantised weights are), kept as
-    ``quant_blocks`` as the loader keeps a GGUF's."""
-    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=layers,
-                         num_heads=4, num_kv_heads=2, head_dim=16, max_position=128)
-    model = LlamaModel(config)
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
-            if blocks and p.dim() == 2:
-                raw = quant.quantize_q8_0(p.contiguous())
-                p.copy_(quant.dequantize(raw, quant.Q8_0, *p.shape))
-                model.quant_blocks[name.removesuffix(".weight") if name == "embed_tokens"
-                                   else name] = (quant.Q8_0, raw)
-    model.init_rotary("cpu")
-    return model
+    return block_model(blocks=blocks, layers=layers, seed=3, max_position=128)
 
 
 @pytest.fixture(autouse=True)

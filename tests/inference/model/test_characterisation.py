@@ -20,9 +20,10 @@ import pytest
 import torch
 
 import kernels
-from inference.model import AttentionMetadata, LlamaModel, ModelConfig
+from inference.model import AttentionMetadata, LlamaModel
 from kernels import _cpu
 from kernels._cpu import quant
+from tests.kernels.block_model import block_model
 
 DATA = Path(__file__).with_name("data") / "characterisation.json"
 BLOCK = 8
@@ -49,21 +50,7 @@ def _fingerprint() -> str:
 
 def _model(bias: bool) -> LlamaModel:
     """Four layers, rows in whole 32-blocks, weights that are Q8_0 values kept as blocks."""
-    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=4,
-                         num_heads=4, num_kv_heads=2, head_dim=16, max_position=256,
-                         attention_bias=bias)
-    model = LlamaModel(config)
-    torch.manual_seed(11)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
-            if p.dim() == 2:
-                raw = quant.quantize_q8_0(p.contiguous())
-                p.copy_(quant.dequantize(raw, quant.Q8_0, *p.shape))
-                model.quant_blocks[name.removesuffix(".weight") if name == "embed_tokens"
-                                   else name] = (quant.Q8_0, raw)
-    model.init_rotary("cpu")
-    return model
+    return block_model(blocks=True, layers=4, seed=11, max_position=256, bias=bias)
 
 
 def _forward(model, ids, positions, caches, meta, layerwise):
