@@ -17,7 +17,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
+from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac, ttft_slack_frac
 from inference.sequence import Sequence
 
 Entry = tuple[tuple, Sequence]
@@ -202,11 +202,7 @@ class WaitingIndex:
                         1.0 + abs(now) + abs(deadline) + reach + hi)
                     if lo and gap / (lo if gap <= 0 else hi) > low:
                         break
-                    t = seq.targets  # min_hot_slack_frac's sums, in its order
-                    left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
-                               - seq.num_computed_tokens - 1)
-                    frac = (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token - step
-                            ) / t.ttft_p99_s
+                    frac = ttft_slack_frac(seq, now, per_token, step)
                     if frac < low:
                         low = frac
         return low

@@ -58,28 +58,28 @@ def cold_slack(seq: Sequence, now: float, sp: Speeds) -> float:
     return seq.deadline - now - work_s(seq, sp)
 
 
+def ttft_slack_frac(seq: Sequence, now: float, per_token_s: float, step_s: float) -> float:
+    """A prompt's slack before its first token, as a fraction of its TTFT target: the target
+    less the wait so far, its prefill left and one step."""
+    t = seq.targets
+    left = max(0, seq.num_tokens - seq.num_computed_tokens - 1)  # prefill_left, inlined
+    return (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token_s - step_s) / t.ttft_p99_s
+
+
 def hot_slack_frac(seq: Sequence, now: float, sp: Speeds) -> float:
     """Slack as a fraction of the binding target: TTFT before the first token, TBT after."""
-    t = seq.targets
     if seq.first_token_time is None:
-        left = t.ttft_p99_s - (now - seq.arrival_time) - prefill_left(seq) * sp.per_token_s
-        return (left - sp.step_s) / t.ttft_p99_s
+        return ttft_slack_frac(seq, now, sp.per_token_s, sp.step_s)
+    t = seq.targets
     return (t.tbt_p99_s - sp.step_s) / t.tbt_p99_s
 
 
 def min_hot_slack_frac(seqs: Iterable[Sequence], now: float, sp: Speeds) -> float:
-    """``min(hot_slack_frac(s, now, sp) for s in seqs)``, inf for none: the same sums in the
-    same order, in one loop (the fill takes it over every waiting hot prompt each step)."""
-    per_token, step, low = sp.per_token_s, sp.step_s, math.inf
+    """The least ``hot_slack_frac`` over ``seqs``, inf for none; a NaN (an infinite target)
+    counts as no slack figure (the fill takes it over every waiting hot prompt each step)."""
+    low = math.inf
     for seq in seqs:
-        t = seq.targets
-        if seq.first_token_time is None:
-            left = max(0, len(seq.prompt_token_ids) + len(seq.output_token_ids)
-                       - seq.num_computed_tokens - 1)  # prefill_left
-            frac = (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token - step
-                    ) / t.ttft_p99_s
-        else:
-            frac = (t.tbt_p99_s - step) / t.tbt_p99_s
+        frac = hot_slack_frac(seq, now, sp)
         if frac < low:
             low = frac
     return low
