@@ -196,8 +196,10 @@ class ChunkRunner:
         if exc is None:
             await self._finish(line, task.result(), requeue=True)
             return
-        if any(isinstance(e, (EngineUnavailable, *DB_DOWN)) for e in (exc, exc.__cause__)):
-            raise exc  # the task retries the whole chunk later; this line stays pending
+        down = next((e for e in (exc, exc.__cause__)
+                     if isinstance(e, (EngineUnavailable, *DB_DOWN))), None)
+        if down is not None:  # the task retries the whole chunk later; this line stays
+            raise down  # pending (the serving path may have wrapped it in a 500: unwrap)
         if isinstance(exc, APIError) and retryable(exc):  # paced: rpm/tpm, caps, saturation
             wait = float(exc.headers.get("Retry-After", _RETRY_S))
             wait = max(wait, 0.05)

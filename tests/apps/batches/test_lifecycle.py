@@ -179,6 +179,31 @@ def test_a_line_refused_for_now_keeps_its_place_and_holds_later_lines(cold, uplo
     assert (order[0], set(order[1:3]), set(order[3:])) == ("r1", {"r0", "r2"}, {"r3", "r4"})
 
 
+def test_a_database_error_inside_serving_retries_the_chunk_not_fails_it(cold, upload, queue,
+                                                                        engine, monkeypatch):
+    """The serving path wraps a database error met while resolving the contract in a 500;
+    the chunk must still raise the database error, which the task retries (a faults run saw
+    the task fail instead, its lines left pending)."""
+    from django.db import OperationalError
+
+    from apps.batches import execution
+    from apps.core.errors import ServerError
+
+    batch = _create(cold, upload, [chat_line("r0", "d0")])
+    queue.run_one()  # validation
+
+    async def down(**kwargs):
+        try:
+            raise OperationalError("terminating connection due to administrator command")
+        except OperationalError as exc:
+            raise ServerError("The server had an error processing your request.") from exc
+
+    monkeypatch.setattr(execution, "serve", down)
+    with pytest.raises(OperationalError):
+        chunk_run(batch_id=batch.pk, first=0, last=10)
+    assert batch.lines.get().status == "pending"
+
+
 def test_running_chunk_stops_at_the_deadline_and_aborts_engine_work(cold, upload, queue,
                                                                     engine, settings):
     settings.LASER_BATCH_POLL_S = 0.05
