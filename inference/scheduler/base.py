@@ -27,6 +27,8 @@ class Scheduler(ABC):
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self._unforked: dict[str, list[Sequence]] = {}  # parent seq id -> children
+        # request id -> its sequences in ``seqs`` order, while any of them is in ``seqs``
+        self.by_request: dict[str, list[Sequence]] = {}
         self.num_preemptions = 0
 
     # ---- requests in and out -------------------------------------------------------------
@@ -35,6 +37,7 @@ class Scheduler(ABC):
         self.admit(seqs, now)
         for seq in seqs:
             self.seqs[seq.seq_id] = seq
+            self.by_request.setdefault(seq.request_id, []).append(seq)
             if seq.parent_id is None:
                 self.waiting.append(seq)
             else:
@@ -48,7 +51,7 @@ class Scheduler(ABC):
 
     def abort(self, request_id: str) -> list[Sequence]:
         """Drop every sequence of a request and free its blocks; returns the ones dropped."""
-        dropped = [s for s in self.seqs.values() if s.request_id == request_id]
+        dropped = [s for s in self.by_request.get(request_id, ()) if s.seq_id in self.seqs]
         for seq in dropped:
             self._finish(seq, SequenceStatus.FINISHED_ABORTED)
         return dropped
@@ -197,6 +200,9 @@ class Scheduler(ABC):
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.seqs.pop(seq.seq_id, None)
+        mine = self.by_request.get(seq.request_id, ())
+        if not any(s.seq_id in self.seqs for s in mine):
+            self.by_request.pop(seq.request_id, None)
         for child in self._unforked.pop(seq.seq_id, ()):
             # A parent that ends before its prompt is computed takes its children with it;
             # one that ends after has already forked them.

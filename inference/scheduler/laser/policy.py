@@ -69,7 +69,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self.pause = PauseState(layers=pause_layers)
         self._keys: dict[str, tuple] = {}  # seq id -> key(); see ``_moved``
         self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
-        self._requests: dict[str, list[Sequence]] = {}  # request id -> its sequences
 
     @property
     def num_demotions(self) -> int:
@@ -102,7 +101,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         for seq in seqs:
             if seq.parent_id is None:
                 self._queue.enter(seq)
-            self._requests.setdefault(seq.request_id, []).append(seq)
         if self.ablations.overload_demotion_enabled:
             self.watch_hot(seqs)
 
@@ -350,7 +348,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     def _retier(self, rid: str, old: Tier, new: Tier, now: float, changes: list,
                 reason: str) -> None:
-        for seq in self._requests.get(rid, ()):  # in ``seqs`` order, as a scan of it
+        for seq in self.by_request.get(rid, ()):  # in ``seqs`` order, as a scan of it
             if seq.tier is old and seq.seq_id in self.seqs:
                 seq.tier = new
                 self._moved(seq.seq_id)
@@ -360,9 +358,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         super()._finish(seq, status)
         self._queue.leave(seq)
         self._moved(seq.seq_id)
-        mine = self._requests.get(seq.request_id, ())
-        if not any(s.seq_id in self.seqs for s in mine):
-            self._requests.pop(seq.request_id, None)
         st = self.state
         st.forget(seq)
         if seq.request_id in st.demoted and not any(

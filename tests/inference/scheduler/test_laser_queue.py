@@ -199,5 +199,5 @@ def test_cached_keys_stay_fresh_every_step():
 def test_nothing_is_kept_for_finished_sequences():
     run = simulate(mixed_trace(), SimConfig(policy="laser"), cost=roofline())
     sched = run.scheduler
-    assert not sched.seqs and not sched._requests and not sched.state.hot_due
+    assert not sched.seqs and not sched.by_request and not sched.state.hot_due
     assert not len(sched._queue) and not sched.state.hot_watch
