@@ -14,6 +14,7 @@ until it completes and its tokens are sampled as if it had never stopped.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -93,6 +94,9 @@ class LLMEngine:
         self._meter = StepMeter()
         self.last_step_empty = False  # the last step had nothing to run
         self._paused: _Paused | None = None
+        # a step that ran its own forward beside a paused one returns its tokens first; the
+        # next call resumes the paused forward (the value: finish it in full)
+        self._resume_next: bool | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
 
     # ---- requests ------------------------------------------------------------------------
@@ -166,6 +170,7 @@ class LLMEngine:
                 self.abort(request_id)
             if self._paused is not None:
                 self._paused = None
+                self._resume_next = None
                 self.scheduler.release()
 
     def has_unfinished(self) -> bool:
@@ -184,6 +189,8 @@ class LLMEngine:
     def step(self) -> list[Delta]:
         """Run one scheduling step; returns the deltas it produced (possibly none)."""
         t0 = time.perf_counter()
+        if self._resume_next is not None:
+            return self._resume_now(t0)
         with self._lock:
             self._hot_arrived = False
             plan = self.scheduler.schedule(time.time())
@@ -200,6 +207,7 @@ class LLMEngine:
                 rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
                 # a pausable step stops for hot work at this time (or on a hot arrival)
                 due = plan.pause_until if paused is None else None
+                batch.keep_a_core = due is not None and math.isfinite(due)
         if not plan.is_empty and due is None:
             t_run = time.perf_counter()
             logits = self.runner.execute(batch)
@@ -215,10 +223,26 @@ class LLMEngine:
                 return deltas
             deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds)
         if paused is not None:
-            deltas += self._resume(paused, finish)
+            if plan.is_empty:
+                deltas += self._resume(paused, finish)
+            else:
+                # this step's tokens (a hot step's) go out now, not after the paused forward
+                # has run its layers: the next call resumes it, before anything is scheduled
+                self._resume_next = finish
         with self._lock:
             produced = sum(1 for d in deltas if d.token_ids)
             self._meter.record(time.time(), time.perf_counter() - t0, produced)
+        return deltas
+
+    def _resume_now(self, t0: float) -> list[Delta]:
+        """The deferred half of the last step: advance its paused forward."""
+        finish, self._resume_next = self._resume_next, None
+        self.last_step_empty = False
+        paused = self._paused
+        deltas = self._resume(paused, bool(finish)) if paused is not None else []
+        with self._lock:
+            self._meter.record(time.time(), time.perf_counter() - t0,
+                               sum(1 for d in deltas if d.token_ids))
         return deltas
 
     def _stop_at(self, due: float) -> Callable[[], bool]:

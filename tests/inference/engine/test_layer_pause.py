@@ -71,13 +71,68 @@ def test_hot_arrival_pauses_the_cold_forward_and_changes_no_tokens():
     assert outputs == base_outputs  # greedy: the pause changed nobody's tokens
     assert seen["added_in_step"] == base_seen["added_in_step"] == 0
     # with the pause the first step stops after layer 0 holding the three cold sequences; the
-    # next runs hot's prefill, then completes the cold forward: hot's first token comes first
-    assert held[:2] == [3, 0] and set(base_held) == {0}
+    # next runs hot's prefill and returns its token, the one after completes the cold forward:
+    # hot's first token comes first
+    assert held[:3] == [3, 3, 0] and set(base_held) == {0}
     assert first["hot"] < min(first[f"cold{i}"] for i in range(3))
     assert base_first["hot"] > max(base_first[f"cold{i}"] for i in range(3))
     assert engine.scheduler.held == [] and engine._paused is None
     assert engine.scheduler.kv.num_free_blocks == engine.runner.num_blocks
     assert engine.stats().running == {"hot": 0, "warm": 0, "cold": 0}
+
+
+def test_a_hot_step_returns_its_tokens_before_the_paused_forward_runs_on():
+    """The hot step's tokens leave the engine when its own forward is done: the paused cold
+    forward's remaining layers run in the next call (before anything else is scheduled), not
+    between the hot token and its delivery."""
+    engine = make_engine(policy="laser", layer_pause=True)
+    for i in range(2):
+        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
+    seen = _hot_during_first_cold_layer(engine, _request("hot", prompt_ids(5, 9), Tier.HOT))
+    seen["step"] = 0
+    assert not any(d.token_ids for d in engine.step())
+    paused = engine._paused
+    assert paused is not None and paused.forward.next_layer == 1
+    seen["step"] = 1
+    hot_step = engine.step()
+    assert {d.request_id for d in hot_step if d.token_ids} == {"hot"}
+    # the cold forward has not moved: it resumes in the next call, which schedules nothing
+    assert engine._paused is paused and paused.forward.next_layer == 1
+    assert len(engine.scheduler.held) == 2
+    schedule = engine.scheduler.schedule
+    engine.scheduler.schedule = lambda now: (_ for _ in ()).throw(AssertionError("scheduled"))
+    try:
+        resumed = engine.step()
+    finally:
+        engine.scheduler.schedule = schedule
+    assert {d.request_id for d in resumed if d.token_ids} == {"cold0", "cold1"}
+    assert engine._paused is None and engine.scheduler.held == []
+    out = run(engine, on_step=lambda i: seen.__setitem__("step", i + 3))
+    assert set(out) >= {"hot", "cold0", "cold1"}
+
+
+def test_a_pausable_step_beside_decoding_hot_streams_leaves_a_core():
+    """A step without hot rows that runs while hot streams decode asks the runner for one
+    thread (``keep_a_core``: the serving loop that delivers their tokens keeps a core);
+    before any hot stream runs, it gets every core."""
+    engine = make_engine(policy="laser", layer_pause=True)
+    for i in range(3):
+        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD, max_tokens=12))
+    seen = _hot_during_first_cold_layer(
+        engine, _request("hot", prompt_ids(5, 9), Tier.HOT, max_tokens=12))
+    begun, begin = [], engine.runner.begin
+
+    def recording(batch):
+        hot_decoding = any(s.tier is Tier.HOT and not s.is_prefilling
+                           for s in engine.scheduler.running)
+        begun.append((batch.keep_a_core, hot_decoding))
+        return begin(batch)
+
+    engine.runner.begin = recording
+    run(engine, on_step=lambda i: seen.__setitem__("step", i))
+    assert begun[0] == (False, False)
+    assert all(keep == hot for keep, hot in begun)
+    assert (True, True) in begun
 
 
 def test_a_held_sequence_aborted_mid_pause_frees_its_blocks_at_release():
