@@ -48,6 +48,10 @@ class BatchInputs:
     sample_rows: torch.Tensor      # [N] int64
     sample_seq_ids: list[str]
     block_copies: tuple[BlockCopy, ...] = ()
+    # the step runs while hot streams it does not serve wait for their next token: its C
+    # kernels take one thread, leaving the other cores to the serving loop that delivers
+    # those tokens (with the pool on every core the hot gaps grew: docs/engine.md)
+    keep_a_core: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -107,12 +111,13 @@ class ModelRunner:
                 model.pack_linears(kernels.QUANT if both else matmul_dtype,
                                    native_gemm=narrow == 1)
                 if getattr(model, "quantized", False):
+                    # the pool's workers sleep between calls: every step runs on every core,
+                    # but a step beside hot streams it does not serve (BatchInputs.keep_a_core)
                     self.pool_threads = max(threads) if threads else torch.get_num_threads()
                     if both:
                         quantized = (model.pack_state(), self.pool_threads)
                         model.pack_linears(torch.bfloat16, native_gemm=narrow == 1)
-                        self._pack_sets = (quantized, (model.pack_state(), 0))
-                        self.pool_threads = 0
+                        self._pack_sets = (quantized, (model.pack_state(), self.pool_threads))
 
     @property
     def packs_in_use(self) -> str:
@@ -201,7 +206,7 @@ class ModelRunner:
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)
         if self.device.type == "cpu":
-            _cpu.set_threads(self.pool_threads)
+            _cpu.set_threads(1 if batch.keep_a_core and self.pool_threads else self.pool_threads)
         if self.threads is not None:
             n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
             if torch.get_num_threads() != n:

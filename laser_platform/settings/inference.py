@@ -99,6 +99,7 @@ LASER_LAYER_PAUSE: bool = env("LASER_LAYER_PAUSE", True, bool)
 # SSE, WebSocket) keeps. OpenMP threads that lose their core to the serving loop stall every
 # short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
 # with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
+# Laser's own C kernels run on their own pool of sleeping threads over every core instead.
 LASER_THREADS: int = env("LASER_THREADS", max(1, _CORES - 1), count)
 # Torch threads for wide steps (128 tokens and more: prefills): every core. Their matmuls are
 # long enough that the event loop's short turns on a core cost little, and a second thread made

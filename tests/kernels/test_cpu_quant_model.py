@@ -207,7 +207,7 @@ def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat
 
     auto = _runner(AUTO, quant_max_rows=2)
     alone = {"quant": _runner(kernels.QUANT), "bfloat16": _runner(torch.bfloat16)}
-    cases = [(1, "quant", 2), (3, "bfloat16", 0), (2, "quant", 2), (-5, "bfloat16", 0),
+    cases = [(1, "quant", 2), (3, "bfloat16", 2), (2, "quant", 2), (-5, "bfloat16", 2),
              (1, "quant", 2)]
     for rows, side, pool in cases:
         got = auto.execute(_step(rows))
@@ -217,6 +217,26 @@ def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat
         assert isinstance(layer.backend.decode[3], want_type) and layer.backend.one_call
         assert auto.model.quantized == (side == "quant")
         assert torch.equal(got, alone[side].execute(_step(rows))), (rows, side)
+
+
+@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
+def test_a_step_beside_hot_streams_leaves_a_core_and_gives_the_same_logits() -> None:
+    """``keep_a_core``: the step's C kernels run on one pool thread (the serving loop keeps
+    the other core), on either side of auto, with the logits of the step on every core."""
+    from dataclasses import replace
+
+    from inference.engine.runner import AUTO
+
+    auto = _runner(AUTO, quant_max_rows=2)
+    try:
+        for rows in (1, 3, -5):
+            every = auto.execute(_step(rows))
+            assert _cpu._gemm_threads(1) == 2
+            narrow = auto.execute(replace(_step(rows), keep_a_core=True))
+            assert _cpu._gemm_threads(1) == 1
+            assert torch.equal(narrow, every), rows
+    finally:
+        _cpu.set_threads(0)
 
 
 @pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
