@@ -109,12 +109,12 @@ def _pack_mb(state) -> float:
     return sum(seen.values()) / 1e6
 
 
-def auto_step(threads: int, rounds: int) -> None:
+def auto_step(threads: int, rounds: int, wide: int | None = None) -> None:
     from inference.engine import EngineConfig, LLMEngine
     from inference.request import EngineRequest, SamplingParams
 
     engine = LLMEngine(EngineConfig(matmul_dtype="auto", num_threads=threads, max_num_seqs=64,
-                                    kv_memory_mb=256))
+                                    kv_memory_mb=256, wide_threads=wide))
     runner = engine.runner
     if runner._pack_sets is None:
         sys.exit("auto keeps one pack set here (needs the quantized and bfloat16 matmuls)")
@@ -147,7 +147,8 @@ def auto_step(threads: int, rounds: int) -> None:
         row["quant_speedup"] = row["bfloat16_ms"] / row["quant_ms"]
         rows.append(row)
         print(row, flush=True)
-    print(f"decode step under auto, {threads} thread(s), median of {rounds} alternations")
+    print(f"decode step under auto, {threads} thread(s), pool {runner._pack_sets[0][1]}, "
+          f"median of {rounds} alternations")
     print(f"{'rows':>6}{'quant ms':>10}{'bf16 ms':>10}{'bf16/quant':>12}")
     for r in rows:
         print(f"{r['rows']:>6}{r['quant_ms']:>10.2f}{r['bfloat16_ms']:>10.2f}"
@@ -165,11 +166,14 @@ def main() -> None:
                     help="a whole decode step's bfloat16 matmuls: oneDNN against Laser's")
     ap.add_argument("--auto", action="store_true",
                     help="a whole decode step under matmul_dtype=auto: quant against bfloat16")
+    ap.add_argument("--wide-threads", type=int, default=None,
+                    help="--auto: the engine's wide (and pool) threads; the platform's default "
+                         "is every core with --threads one fewer")
     ap.add_argument("--rounds", type=int, default=5, help="--auto: alternations per row count")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.auto:
-        auto_step(args.threads, args.rounds)
+        auto_step(args.threads, args.rounds, args.wide_threads)
         return
     if args.model:
         model_step(args.threads)

@@ -88,7 +88,7 @@ class EngineConfig:
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     matmul_dtype: str | None = None
-    quant_max_rows: int = 4
+    quant_max_rows: int = 8
     block_size: int = 16
     kv_memory_mb: float = 256.0
     max_num_batched_tokens: int = 2048

@@ -67,9 +67,10 @@ LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTY
 # arithmetic); "quant", "q8", "bfloat16" force one; "float32" is the exact mode (equal to
 # transformers); docs/engine.md, "Auto".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
-# auto: the widest step (in tokens) run on the quantized blocks; measured crossover ~6 rows on
-# one decode thread (bench/cpu_linear.py --auto), ~16 on two.
-LASER_QUANT_MAX_ROWS: int = env("LASER_QUANT_MAX_ROWS", 4, count)
+# auto: the widest step (in tokens) run on the quantized blocks; with both sides on the thread
+# pool over every core the quantized step was 1.10x faster at 8 rows, bfloat16 1.07x at 16
+# (bench/cpu_linear.py --auto --threads 1 --wide-threads 2, docs/engine.md "Auto").
+LASER_QUANT_MAX_ROWS: int = env("LASER_QUANT_MAX_ROWS", 8, count)
 # KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
 # 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens), allocated and zeroed at start.
 LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)

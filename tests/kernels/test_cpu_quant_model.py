@@ -258,6 +258,6 @@ def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> 
 def test_the_threshold_is_a_config_field() -> None:
     from inference.engine.config import EngineConfig
 
-    assert EngineConfig().quant_max_rows == 4  # measured crossover (docs/engine.md, "Auto")
+    assert EngineConfig().quant_max_rows == 8  # measured crossover (docs/engine.md, "Auto")
     with pytest.raises(ValueError, match="quant_max_rows"):
         EngineConfig(quant_max_rows=-1)
