@@ -118,7 +118,7 @@ def auto_step(threads: int, rounds: int, wide: int | None = None) -> None:
     runner = engine.runner
     if runner._pack_sets is None:
         sys.exit("auto keeps one pack set here (needs the quantized and bfloat16 matmuls)")
-    (quant_state, _), (bf16_state, _) = runner._pack_sets
+    quant_state, bf16_state = runner._pack_sets
     mb = {"quant_packs_mb": _pack_mb(quant_state), "bfloat16_packs_mb": _pack_mb(bf16_state)}
     print(f"resident packs: quantized {mb['quant_packs_mb']:.0f} MB, "
           f"bfloat16 {mb['bfloat16_packs_mb']:.0f} MB", flush=True)
@@ -147,7 +147,7 @@ def auto_step(threads: int, rounds: int, wide: int | None = None) -> None:
         row["quant_speedup"] = row["bfloat16_ms"] / row["quant_ms"]
         rows.append(row)
         print(row, flush=True)
-    print(f"decode step under auto, {threads} thread(s), pool {runner._pack_sets[0][1]}, "
+    print(f"decode step under auto, {threads} thread(s), pool {runner.pool_threads}, "
           f"median of {rounds} alternations")
     print(f"{'rows':>6}{'quant ms':>10}{'bf16 ms':>10}{'bf16/quant':>12}")
     for r in rows:

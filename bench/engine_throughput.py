@@ -294,7 +294,7 @@ def bounds(engine: LLMEngine, mode: str, bw: float, gflops: dict[str, float]) ->
     state = model.pack_state()
     both = matmul_dtype == "auto" and engine.runner._pack_sets is not None
     if both:  # each side's bound where it runs: 1 stream quant, 16 bfloat16
-        state = engine.runner._pack_sets[0][0]
+        state = engine.runner._pack_sets[0]
         mixed = bounds(engine, "mixed", bw, gflops)
     if state.quantized:  # the packed blocks a decode step reads
         weight_bytes = (sum(p.nbytes for layer in state.layers for p in layer.decode)

@@ -92,12 +92,12 @@ class ModelRunner:
                                                   device=self.device)
         self._pin = self.device.type == "cuda"
         # threads of the C kernels' pool for every step (0: their bfloat16 matmul's own rule):
-        # in the quantized mode every core, decode steps included; the pool's workers sleep
+        # in the quantized and auto modes every core, decode steps included; the workers sleep
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
         self.quant_max_rows = quant_max_rows
-        # AUTO: (quantized, bfloat16) pack states with their pool threads, and the one set
-        self._pack_sets: tuple[tuple[tuple, int], tuple[tuple, int]] | None = None
+        # AUTO: the (quantized, bfloat16) pack states, and the one in use
+        self._pack_sets: tuple[tuple, tuple] | None = None
         self._packs_in_use = 1
         if self.device.type == "cpu":
             # glibc would mmap and page-fault every step's multi-MB temporaries afresh: the
@@ -115,9 +115,9 @@ class ModelRunner:
                     # but a step beside hot streams it does not serve (BatchInputs.keep_a_core)
                     self.pool_threads = max(threads) if threads else torch.get_num_threads()
                     if both:
-                        quantized = (model.pack_state(), self.pool_threads)
+                        quantized = model.pack_state()
                         model.pack_linears(torch.bfloat16, native_gemm=narrow == 1)
-                        self._pack_sets = (quantized, (model.pack_state(), self.pool_threads))
+                        self._pack_sets = (quantized, model.pack_state())
 
     @property
     def packs_in_use(self) -> str:
@@ -130,8 +130,7 @@ class ModelRunner:
             return
         want = int(batch.num_tokens > self.quant_max_rows)
         if want != self._packs_in_use:
-            state, self.pool_threads = self._pack_sets[want]
-            self.model.set_pack_state(state)
+            self.model.set_pack_state(self._pack_sets[want])
             self._packs_in_use = want
 
     # ---- batch construction --------------------------------------------------------------
