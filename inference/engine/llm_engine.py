@@ -45,6 +45,9 @@ class _Paused:
     plan: StepPlan
     rows: list[SamplingRow]
     forward: LayerwiseForward  # holds the batch
+    # a step that ran its own forward beside this one returned its tokens first: the next
+    # call resumes this forward before anything is scheduled (the value: finish it in full)
+    resume_next: bool | None = None
 
 
 class LLMEngine:
@@ -94,9 +97,6 @@ class LLMEngine:
         self._meter = StepMeter()
         self.last_step_empty = False  # the last step had nothing to run
         self._paused: _Paused | None = None
-        # a step that ran its own forward beside a paused one returns its tokens first; the
-        # next call resumes the paused forward (the value: finish it in full)
-        self._resume_next: bool | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
 
     # ---- requests ------------------------------------------------------------------------
@@ -170,7 +170,6 @@ class LLMEngine:
                 self.abort(request_id)
             if self._paused is not None:
                 self._paused = None
-                self._resume_next = None
                 self.scheduler.release()
 
     def has_unfinished(self) -> bool:
@@ -189,8 +188,11 @@ class LLMEngine:
     def step(self) -> list[Delta]:
         """Run one scheduling step; returns the deltas it produced (possibly none)."""
         t0 = time.perf_counter()
-        if self._resume_next is not None:
-            return self._resume_now(t0)
+        paused = self._paused
+        if paused is not None and paused.resume_next is not None:
+            finish, paused.resume_next = paused.resume_next, None
+            self.last_step_empty = False
+            return self._record(t0, self._resume(paused, finish))
         with self._lock:
             self._hot_arrived = False
             plan = self.scheduler.schedule(time.time())
@@ -228,18 +230,11 @@ class LLMEngine:
             else:
                 # this step's tokens (a hot step's) go out now, not after the paused forward
                 # has run its layers: the next call resumes it, before anything is scheduled
-                self._resume_next = finish
-        with self._lock:
-            produced = sum(1 for d in deltas if d.token_ids)
-            self._meter.record(time.time(), time.perf_counter() - t0, produced)
-        return deltas
+                paused.resume_next = finish
+        return self._record(t0, deltas)
 
-    def _resume_now(self, t0: float) -> list[Delta]:
-        """The deferred half of the last step: advance its paused forward."""
-        finish, self._resume_next = self._resume_next, None
-        self.last_step_empty = False
-        paused = self._paused
-        deltas = self._resume(paused, bool(finish)) if paused is not None else []
+    def _record(self, t0: float, deltas: list[Delta]) -> list[Delta]:
+        """The step meter books a step that began at ``t0`` and produced ``deltas``."""
         with self._lock:
             self._meter.record(time.time(), time.perf_counter() - t0,
                                sum(1 for d in deltas if d.token_ids))
