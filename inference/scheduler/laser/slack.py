@@ -62,8 +62,8 @@ def ttft_slack_frac(seq: Sequence, now: float, per_token_s: float, step_s: float
     """A prompt's slack before its first token, as a fraction of its TTFT target: the target
     less the wait so far, its prefill left and one step."""
     t = seq.targets
-    left = max(0, seq.num_tokens - seq.num_computed_tokens - 1)  # prefill_left, inlined
-    return (t.ttft_p99_s - (now - seq.arrival_time) - left * per_token_s - step_s) / t.ttft_p99_s
+    left = prefill_left(seq) * per_token_s
+    return (t.ttft_p99_s - (now - seq.arrival_time) - left - step_s) / t.ttft_p99_s
 
 
 def hot_slack_frac(seq: Sequence, now: float, sp: Speeds) -> float:
