@@ -39,13 +39,14 @@ class LaserPolicyConfig:
     Hot ignores the warm floor's cap when ``hot_over_warm_floor`` (the floor is a mean rate
     over a window; a hot burst's longer steps cost it little).
     Layer pause (where the executor can stop a forward between layers, i.e. the engine, not
-    the simulator): hot work and the rest run in separate steps; a step without hot work
-    stops at the next layer boundary when a hot request arrives or a hot stream's next token
-    falls due (``tbt_safety`` of its TBT target after the last one, less the hot step's
-    estimated time), and resumes after the hot step. While hot traffic was seen within
-    ``reserve_window_s``, such a step is sized so that one layer takes at most
-    ``pause_layer_frac`` of the latest hot TBT target: a hot arrival waits at most that long
-    for the layer in flight.
+    the simulator): a step without hot work stops at the next layer boundary when a hot
+    request arrives or a hot stream's next token falls due (``tbt_safety`` of its TBT target
+    after the last one, less the hot step's estimated time), and resumes after the hot-only
+    steps that follow. Running hot streams share every step with the rest (one pass over the
+    weights for both, under hot's TBT cap), so such a step runs while no hot stream decodes.
+    While hot traffic was seen within ``reserve_window_s``, it is sized so that one layer
+    takes at most ``pause_layer_frac`` of the latest hot TBT target: a hot arrival waits at
+    most that long for the layer in flight.
     """
 
     reserve_margin: float = 0.25

@@ -85,10 +85,9 @@ class StepFill(Preemption):
         self.victims = [q for _, q in keyed]  # least urgent at the end
         queue = v.queue if v.queue is not None else WaitingIndex.of(v.waiting, key)
         classes: tuple[int, ...] = (0, 1, 2, 3)
-        if self.mode is not FillMode.ALL:  # class 0 only, or all but class 0
-            hot = self.mode is FillMode.HOT
-            keyed = [(k, q) for k, q in keyed if (k[0] == 0) == hot]
-            classes = (0,) if hot else (1, 2, 3)
+        if self.mode is FillMode.HOT:  # class 0 only
+            keyed = [(k, q) for k, q in keyed if k[0] == 0]
+            classes = (0,)
         self.context = sum(q.num_computed_tokens for _, q in keyed)
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
@@ -211,8 +210,9 @@ class StepFill(Preemption):
         warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
-        # a pausable step: short enough layers that a hot arrival soon gets its turn
-        pause = [v.pause_cap_s] if self.mode is FillMode.OTHER else []
+        # a step that may pause (none of hot's streams decodes in it): short enough layers
+        # that a hot arrival soon gets its turn
+        pause = [v.pause_cap_s] if v.pause_cap_s is not None and not hot_tbt else []
         self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s

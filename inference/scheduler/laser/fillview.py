@@ -22,11 +22,10 @@ Chunk = tuple[ScheduledSeq, list[BlockCopy]]
 
 
 class FillMode(Enum):
-    """Which work a step's fill takes: ``HOT`` only class 0 (hot and aged), ``OTHER`` all
-    but class 0 (a pausable step, under the pause cap), ``ALL`` both."""
+    """Which work a step's fill takes: ``HOT`` only class 0 (hot and aged: while a paused
+    forward holds the rest), ``ALL`` every class."""
 
     HOT = auto()
-    OTHER = auto()
     ALL = auto()
 
 
@@ -35,7 +34,8 @@ class FillView:
     """What one step's fill reads (the queues are the policy's own lists: the fill only
     reads them). ``key`` is the policy's sort key (class first), ``queue`` the waiting
     sequences listed under it;
-    ``pause_cap_s`` the longest step a pausable fill may take (None: no cap);
+    ``pause_cap_s`` the longest step a fill may take when no hot stream decodes in it, so
+    that it may pause soon (None: no cap);
     ``hold_tokens``/``hold_blocks`` the hot reserve, ``lent`` the sequences that borrow its
     blocks; ``has_held`` whether a paused forward holds sequences (and blocks)."""
 

@@ -1,11 +1,13 @@
 """Layer pause, the ``laser`` policy's part of it (docs/engine.md, "Layer pause").
 
 Where the executor can stop a forward between decoder layers (the engine; the simulator runs
-whole steps), hot work and the rest run in separate steps. A plan without hot work carries
-``pause_until``: the executor stops it at a layer boundary once a hot request arrives or a
-hot stream's next token falls due, ``hold``s its sequences (they leave ``running`` and keep
-their blocks), runs the hot steps, and resumes it; a plan sets ``finish_paused`` when hot work
-needs the blocks the paused forward holds. The state is the policy's ``PauseState``.
+whole steps), a plan without hot work carries ``pause_until``: the executor stops it at a
+layer boundary once a hot request arrives or a hot stream's next token falls due, ``hold``s
+its sequences (they leave ``running`` and keep their blocks), runs hot-only steps, and resumes
+it; a plan sets ``finish_paused`` when hot work needs the blocks the paused forward holds.
+While hot streams decode, their rows and the rest share each step (under hot's TBT cap), so
+such a plan is rare then: the pause is for a hot arrival behind a long step of other work.
+The state is the policy's ``PauseState``.
 """
 
 from __future__ import annotations
@@ -86,11 +88,3 @@ class LayerPause:
             self.pause.free_on_release.append(seq)
         else:
             super()._free_blocks(seq)
-
-    def _hot_due(self, now: float) -> bool:
-        if any(self.rank(q) == 0 for q in self.waiting):
-            return True
-        if any(self.rank(q) == 0 and q.is_prefilling for q in self.running):
-            return True
-        return now >= self.pause_due_at()
-

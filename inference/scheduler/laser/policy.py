@@ -218,27 +218,12 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     def _fill(self, now: float) -> tuple[FillResult, list[str], bool]:
         """The step's fill, its preemptions and whether class-0 work waits for the paused
-        forward's blocks. With layer pause, hot work and the rest go in separate steps (the
-        rest's steps pause for hot): hot only while a paused forward is held or hot work is
-        due, else the rest; the first of those that finds work wins."""
-        if not self.pausing:
-            modes: tuple[FillMode, ...] = (FillMode.ALL,)
-        elif self.pause.held:
-            modes = (FillMode.HOT,)
-        elif self._hot_due(now):
-            modes = (FillMode.HOT, FillMode.ALL)
-        else:
-            modes = (FillMode.OTHER, FillMode.ALL)
-        preempted: list[str] = []
-        finish = False
-        for mode in modes:
-            fill = StepFill(self._view(now, mode), mode).run()
-            self._apply(fill, now)
-            preempted += [q.seq_id for q in fill.preempted]
-            finish |= fill.finish_paused
-            if fill.items:
-                break
-        return fill, preempted, finish
+        forward's blocks. Hot work and the rest share a step (one pass over the weights for
+        both, under hot's TBT cap); while a paused forward is held, only hot work runs."""
+        mode = FillMode.HOT if self.pause.held else FillMode.ALL
+        fill = StepFill(self._view(now, mode), mode).run()
+        self._apply(fill, now)
+        return fill, [q.seq_id for q in fill.preempted], fill.finish_paused
 
     def _view(self, now: float, mode: FillMode) -> FillView:
         ab, budget = self.ablations, self.config.max_num_batched_tokens
@@ -247,7 +232,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             queue=self._queue.sync(self.key),
             config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
-            pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.OTHER else None,
+            pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.ALL else None,
             hold_tokens=self.reserve.tokens(budget) if ab.reserve_enabled else 0,
             hold_blocks=self.reserve.blocks(self.kv.num_blocks) if ab.reserve_enabled else 0,
             lent=self.reserve.lent if ab.reserve_enabled else frozenset(),
@@ -265,9 +250,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _after_step(self, fill: FillResult, now: float) -> None:
         st, budget = self.state, self.config.max_num_batched_tokens
         st.context = fill.context
-        if fill.mode is not FillMode.OTHER:  # a step without hot work says nothing of hot's slack
-            st.hot_min_slack = fill.hot_min_slack
-            st.hot_step_tokens = max(1, fill.hot_cap)
+        st.hot_min_slack = fill.hot_min_slack
+        st.hot_step_tokens = max(1, fill.hot_cap)
         self.est_error.expect(fill.estimate_s)
         other = fill.used_by_class[0] + fill.used_by_class[2]
         st.other_load += 0.05 * (min(1.0, other / budget) - st.other_load)

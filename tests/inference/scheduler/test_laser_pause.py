@@ -1,5 +1,5 @@
-"""The ``laser`` policy under layer pause: hot work and the rest in separate steps, the rest's
-steps pausable, held sequences out of every plan until released."""
+"""The ``laser`` policy under layer pause: running hot streams share each step with the rest,
+a step without hot work is pausable, held sequences sit out every plan until released."""
 
 from __future__ import annotations
 
@@ -36,34 +36,48 @@ def hot_decoding(sched):
     sched.add(make_request("c", 8, max_tokens=50, tier=Tier.COLD, deadline=1e6), 1.0)
 
 
-def test_hot_and_the_rest_run_in_separate_steps_and_only_the_rest_may_pause():
+def cold_running(sched, at: float = 0.0):
+    """A cold request alone: its step has no hot work."""
+    sched.add(make_request("c", 8, max_tokens=50, tier=Tier.COLD, deadline=1e6), at)
+    return sched.schedule(at)
+
+
+def test_running_hot_streams_share_each_step_with_the_rest_which_then_does_not_pause():
     sched = laser()
     hot_decoding(sched)
-    plan = sched.schedule(1.01)  # hot's next token is not due yet: the cold step runs alone
+    plan = sched.schedule(1.01)  # hot's next token is not due yet: it runs with cold anyway
+    assert tiers(sched, plan) == {Tier.HOT, Tier.COLD} and plan.pause_until is None
+
+
+def test_a_step_without_hot_work_may_pause_until_a_running_hot_stream_falls_due():
+    sched = laser()
+    plan = cold_running(sched)
+    assert tiers(sched, plan) == {Tier.COLD} and plan.pause_until == math.inf  # none to wait for
+    sched.update(plan, {s.seq_id: 7 for s in plan.scheduled if s.sample}, 0.0)
+    # a hot stream that decodes but sits out a step (here: the policy was told it is held)
+    sched.add(make_request("h", 8, max_tokens=50, targets=HOT), 1.0)
+    step(sched, 1.0)
+    hot = sched.seqs["h-0"]
     # due when hot's TBT target (times the safety) is near, less the hot step's estimate and
     # the layer in flight then (at most pause_layer_frac of the target)
-    hot = sched.seqs["h-0"]
     frac = sched.tbt_safety() - sched.policy.pause_layer_frac
     due = hot.last_token_time + frac * 0.5 - COST.step_time(1, 9)
-    assert tiers(sched, plan) == {Tier.COLD} and plan.pause_until == pytest.approx(due)
     assert sched.pause_due_at() == pytest.approx(due)
-    sched.update(plan, {s.seq_id: 7 for s in plan.scheduled if s.sample}, 1.01)
-    plan = sched.schedule(due + 0.001)  # now hot is due: its decode runs alone, not pausable
-    assert tiers(sched, plan) == {Tier.HOT} and plan.pause_until is None
 
 
 def test_held_sequences_sit_out_every_plan_until_released():
     sched = laser()
-    hot_decoding(sched)
-    plan = sched.schedule(1.01)
+    plan = cold_running(sched)
     cold = [s.seq_id for s in plan.scheduled]
     sched.hold(cold)
     assert [s.seq_id for s in sched.held] == cold and sched.has_work()
     assert all(s.seq_id not in cold for s in sched.running)
-    # while held, only hot work is planned, due or not; no hot work: an empty plan
-    assert tiers(sched, sched.schedule(1.02)) == {Tier.HOT}
+    assert sched.schedule(0.01).is_empty  # nothing but the held ones
+    # while held, only hot work is planned
+    sched.add(make_request("h", 8, max_tokens=50, targets=HOT), 0.02)
+    assert tiers(sched, sched.schedule(0.02)) == {Tier.HOT}
     sched.abort("h")
-    assert sched.schedule(1.03).is_empty
+    assert sched.schedule(0.03).is_empty
     sched.release()
     assert sched.held == [] and [s.seq_id for s in sched.running] == cold
 
@@ -109,14 +123,15 @@ def test_hot_that_needs_the_held_blocks_asks_for_the_release_then_preempts():
 
 def test_pausable_steps_keep_their_layers_short_while_hot_traffic_is_seen():
     # one layer may take 0.1 of the hot TBT target (0.5 s); one layer: a step of 0.05 s, 40
-    # tokens at 0.01 + 0.001 per token (without the cap: the budget's 64, 8 + 56 of 60)
+    # tokens at 0.01 + 0.001 per token (without the cap: the budget's 64)
     sched = laser(layer_pause=1)
-    hot_decoding(sched)
-    sched.add(make_request("long", 60, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
+    sched.add(make_request("h", 8, max_tokens=1, targets=HOT), 0.0)
+    step(sched, 0.0)  # a hot turn, answered
+    assert not sched.has_work()
+    sched.add(make_request("long", 100, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
     plan = sched.schedule(1.01)
-    assert tiers(sched, plan) == {Tier.COLD}
+    assert tiers(sched, plan) == {Tier.COLD} and plan.pause_until == math.inf
     assert plan.num_batched_tokens <= 40 and COST.step_time(plan.num_batched_tokens) <= 0.05
     assert sched.pause_step_cap_s(1.01) == pytest.approx(0.1 * 0.5)
-    # long after the last hot turn, with no hot stream left, the cap is off
-    sched.abort("h")
+    # long after the last hot turn the cap is off
     assert sched.pause_step_cap_s(1.0 + 10 * sched.policy.reserve_window_s) is None
