@@ -42,15 +42,15 @@ class EngineConfig:
             changes answers: docs/engine.md);
             ``auto`` keeps both the quantized blocks and the bfloat16 packs where the CPU has
             both paths (the quantized one: the C kernels with AVX2 or better; bfloat16:
-            native matmuls, AMX or AVX512-BF16) and runs a step of at most
-            ``quant_max_rows`` tokens on the former, a larger one on the latter
-            (docs/engine.md, "Auto"); with one of the two paths it is that one, with neither
+            native matmuls, AMX or AVX512-BF16) and runs each step on the side that this
+            machine's own step times show faster at its width (docs/engine.md, "Auto");
+            with one of the two paths it is that one, with neither
             float32 (``bfloat16`` falls back to float32 there too:
             ``kernels.pack_linear_weight`` packs nothing oneDNN cannot run). The engine's
             default is exact; the platform serves with ``auto`` (docs/engine.md).
-        quant_max_rows: ``auto`` only: the most tokens a step may have to run on the
-            quantized blocks; larger steps run on the bfloat16 packs. Measured crossover:
-            docs/engine.md, "Auto".
+        quant_max_rows: ``auto`` only: a fixed crossover instead of the learned one: the
+            most tokens a step may have to run on the quantized blocks; larger steps run on
+            the bfloat16 packs. None (default): learned per width from the step times.
         kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
             computes in float32, so a narrower cache would only add conversions) and ``dtype``
             on CUDA.
@@ -88,7 +88,7 @@ class EngineConfig:
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     matmul_dtype: str | None = None
-    quant_max_rows: int = 8
+    quant_max_rows: int | None = None
     block_size: int = 16
     kv_memory_mb: float = 256.0
     max_num_batched_tokens: int = 2048
@@ -114,7 +114,7 @@ class EngineConfig:
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.quant_max_rows < 0:
+        if self.quant_max_rows is not None and self.quant_max_rows < 0:
             raise ValueError(f"quant_max_rows must be at least 0, got {self.quant_max_rows}")
         for name in ("max_model_len", "long_prefill_chunk", "num_threads", "wide_threads"):
             value = getattr(self, name)

@@ -14,7 +14,6 @@ until it completes and its tokens are sampled as if it had never stopped.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import threading
@@ -209,7 +208,6 @@ class LLMEngine:
                 rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
                 # a pausable step stops for hot work at this time (or on a hot arrival)
                 due = plan.pause_until if paused is None else None
-                batch.keep_a_core = due is not None and math.isfinite(due)
         if not plan.is_empty and due is None:
             t_run = time.perf_counter()
             logits = self.runner.execute(batch)
@@ -272,8 +270,10 @@ class LLMEngine:
         with self._lock:
             now = time.time()
             if run_s is not None:
-                # the policy's cost model learns this machine's step time from every real step
+                # the policy's cost model learns this machine's step time from every real
+                # step, the runner which packs are faster at its width
                 self.scheduler.observe_step(plan.num_batched_tokens, run_s)
+                self.runner.observe(batch, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
             return new + self._tier_only(plan, {(d.request_id, d.index) for d in new})

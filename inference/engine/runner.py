@@ -32,6 +32,92 @@ WIDE_STEP_TOKENS = 128
 # ``matmul_dtype`` that keeps both the quantized blocks and the bfloat16 packs, choosing per
 # step by its rows (``EngineConfig.matmul_dtype="auto"``, ``quant_max_rows``)
 AUTO = "auto"
+QUANT_SIDE, BF16_SIDE = 0, 1
+
+
+class SideChooser:
+    """Which packs (quantized blocks or bfloat16) run a step of ``n`` tokens, learned from the
+    machine's own step times: which side is faster at which width differs between CPUs (on
+    an AMD EPYC the bfloat16 packs won above 8 rows; on an Intel Xeon with the same AVX-512
+    units the quantized blocks won at 1-64 rows, 1.6x at 16 and 64, as whole engine steps),
+    so no fixed crossover suits every machine.
+
+    Steps are grouped by width (each count up to 8 tokens, then four groups per doubling) and
+    each side's time per token in a group is a moving average. A new group takes the verdict
+    of the nearest group that has one when that one is clear (one side ``clear`` times
+    faster), else it tries each side once. The faster side runs; now and then a step runs the
+    other side again, so that a change of load is followed: first after ``explore_every``
+    steps of the group, then twice as many after each time the verdict held (up to
+    ``explore_max``), and ``explore_every`` again once it flipped. A step on the slower side
+    is a slow step for every stream in it, so the schedule backs off where the verdict is
+    steady. Only whole steps on the full pool teach it (``observe``)."""
+
+    def __init__(self, explore_every: int = 64, explore_max: int = 4096, weight: float = 0.25,
+                 clear: float = 1.2) -> None:
+        self.explore_every, self.explore_max = explore_every, explore_max
+        self.weight, self.clear = weight, clear
+        self._per_token: dict[int, list[float | None]] = {}
+        self._steps: dict[int, int] = {}
+        self._next: dict[int, int] = {}  # the group's step count at which to explore
+        self._interval: dict[int, int] = {}
+
+    @staticmethod
+    def group(n: int) -> int:
+        """Groups in order of width: 1-8 each their own, then four per doubling by the top
+        three bits (9, 10-11, 12-13, 14-15, 16-19, ...)."""
+        if n <= 8:
+            return n
+        bits = n.bit_length()
+        return 4 * bits - 8 + (n >> (bits - 3))
+
+    def choose(self, n: int) -> int:
+        g = self.group(n)
+        times = self._per_token.get(g)
+        if times is None:
+            times = self._per_token[g] = self._prior(g)
+            self._interval[g] = self.explore_every
+            self._next[g] = self.explore_every
+        for side in (QUANT_SIDE, BF16_SIDE):
+            if times[side] is None:
+                return side
+        steps = self._steps[g] = self._steps.get(g, 0) + 1
+        faster = self._winner(times)
+        if steps < self._next[g]:
+            return faster
+        self._next[g] = steps + self._interval[g]
+        return 1 - faster
+
+    def observe(self, n: int, side: int, seconds: float) -> None:
+        g = self.group(n)
+        times = self._per_token.setdefault(g, [None, None])
+        per_token = seconds / max(1, n)
+        if None not in times and g in self._interval and side != self._winner(times):
+            # an exploration: slower than the verdict's side again, or worth a second look soon
+            held = per_token >= times[1 - side]
+            self._interval[g] = (min(self.explore_max, 2 * self._interval[g]) if held
+                                 else self.explore_every)
+        old = times[side]
+        times[side] = per_token if old is None else old + self.weight * (per_token - old)
+
+    def faster(self, n: int) -> int | None:
+        """The side that is faster at ``n`` tokens so far; None before both were timed."""
+        times = self._per_token.get(self.group(n))
+        if times is None or None in times:
+            return None
+        return self._winner(times)
+
+    @staticmethod
+    def _winner(times: list) -> int:
+        return QUANT_SIDE if times[QUANT_SIDE] <= times[BF16_SIDE] else BF16_SIDE
+
+    def _prior(self, g: int) -> list[float | None]:
+        """A new group's times: the nearest timed group's where its verdict is clear."""
+        known = [(abs(k - g), k) for k, t in self._per_token.items() if None not in t]
+        if not known:
+            return [None, None]
+        times = self._per_token[min(known)[1]]
+        slow, fast = max(times), min(times)
+        return list(times) if slow >= self.clear * fast else [None, None]
 
 
 @dataclass(slots=True)
@@ -48,10 +134,7 @@ class BatchInputs:
     sample_rows: torch.Tensor      # [N] int64
     sample_seq_ids: list[str]
     block_copies: tuple[BlockCopy, ...] = ()
-    # the step runs while hot streams it does not serve wait for their next token: its C
-    # kernels take one thread, leaving the other cores to the serving loop that delivers
-    # those tokens (with the pool on every core the hot gaps grew: docs/engine.md)
-    keep_a_core: bool = False
+    side: int | None = None  # under ``AUTO``: the packs it runs on, chosen at its first layer
 
     @property
     def num_tokens(self) -> int:
@@ -69,11 +152,10 @@ class ModelRunner:
         matmul_dtype: CPU only: pack the layers' projections in this dtype (bfloat16 mixed
             precision, see ``kernels.linear``) or ``kernels.QUANT`` (the GGUF's quantized
             blocks, ``kernels._cpu.quant``); ``AUTO`` keeps both the quantized blocks and
-            the bfloat16 packs and runs a step of at most ``quant_max_rows`` tokens on the
-            former (decode with few streams: memory-bound, the 4-8 bit blocks read least),
-            a larger one on the latter (batches and prompts: compute-bound, where the
-            quantized matmul's two int8 activation parts cost more); None keeps the
-            weights' dtype.
+            the bfloat16 packs and runs each step on the side that is faster for its width
+            on this machine (``SideChooser``), or, with ``quant_max_rows`` set, a step of at
+            most that many tokens on the quantized blocks and a wider one on bfloat16; None
+            keeps the weights' dtype.
         threads: ``(narrow, wide)`` torch threads for steps below and from
             ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
@@ -81,7 +163,8 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  matmul_dtype: torch.dtype | str | None = None,
-                 threads: tuple[int, int] | None = None, quant_max_rows: int = 0) -> None:
+                 threads: tuple[int, int] | None = None,
+                 quant_max_rows: int | None = None) -> None:
         self.model = model
         self.threads = threads
         self.device = torch.device(device)
@@ -96,6 +179,7 @@ class ModelRunner:
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
         self.quant_max_rows = quant_max_rows
+        self.sides = SideChooser()
         # AUTO: the (quantized, bfloat16) pack states, and the one in use
         self._pack_sets: tuple[tuple, tuple] | None = None
         self._packs_in_use = 1
@@ -111,8 +195,7 @@ class ModelRunner:
                 model.pack_linears(kernels.QUANT if both else matmul_dtype,
                                    native_gemm=narrow == 1)
                 if getattr(model, "quantized", False):
-                    # the pool's workers sleep between calls: every step runs on every core,
-                    # but a step beside hot streams it does not serve (BatchInputs.keep_a_core)
+                    # the pool's workers sleep between calls: every step runs on every core
                     self.pool_threads = max(threads) if threads else torch.get_num_threads()
                     if both:
                         quantized = model.pack_state()
@@ -128,7 +211,11 @@ class ModelRunner:
         """Under ``AUTO``: switch the model to the packs for this step's rows."""
         if self._pack_sets is None:
             return
-        want = int(batch.num_tokens > self.quant_max_rows)
+        if batch.side is None:
+            n = batch.num_tokens
+            batch.side = (self.sides.choose(n) if self.quant_max_rows is None
+                          else int(n > self.quant_max_rows))
+        want = batch.side
         if want != self._packs_in_use:
             self.model.set_pack_state(self._pack_sets[want])
             self._packs_in_use = want
@@ -202,10 +289,16 @@ class ModelRunner:
             k_cache.index_copy_(0, dst, k_cache.index_select(0, src))
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
+    def observe(self, batch: BatchInputs, seconds: float) -> None:
+        """A whole step over ``batch`` took ``seconds`` (its forward, not paused): under
+        ``AUTO`` the side chooser learns from it."""
+        if batch.side is not None:
+            self.sides.observe(batch.num_tokens, batch.side, seconds)
+
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)
         if self.device.type == "cpu":
-            _cpu.set_threads(1 if batch.keep_a_core and self.pool_threads else self.pool_threads)
+            _cpu.set_threads(self.pool_threads)
         if self.threads is not None:
             n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
             if torch.get_num_threads() != n:

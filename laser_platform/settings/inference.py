@@ -62,15 +62,13 @@ LASER_DTYPE: str | None = env("LASER_DTYPE", None, choices=DTYPES)
 # The paged KV cache; unset: float32 on CPU (its attention computes in float32), else LASER_DTYPE.
 LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTYPES)
 # CPU projections: "auto" keeps the GGUF's quantized blocks (int8 activations on VNNI/AVX2) and
-# bfloat16 packs, and runs a step of at most LASER_QUANT_MAX_ROWS tokens on the first (bound by
-# the bytes read: 96 MB a step against 270 MB) and wider steps on the second (bound by
-# arithmetic); "quant", "q8", "bfloat16" force one; "float32" is the exact mode (equal to
-# transformers); docs/engine.md, "Auto".
+# bfloat16 packs, and runs each step on the side this machine's own step times show faster at
+# its width (which side wins where differs between CPUs); "quant", "q8", "bfloat16" force one;
+# "float32" is the exact mode (equal to transformers); docs/engine.md, "Auto".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
-# auto: the widest step (in tokens) run on the quantized blocks; with both sides on the thread
-# pool over every core the quantized step was 1.10x faster at 8 rows, bfloat16 1.07x at 16
-# (bench/cpu_linear.py --auto --threads 1 --wide-threads 2, docs/engine.md "Auto").
-LASER_QUANT_MAX_ROWS: int = env("LASER_QUANT_MAX_ROWS", 8, count)
+# auto: a fixed crossover instead of the learned one, the widest step (in tokens) run on the
+# quantized blocks (unset: learned).
+LASER_QUANT_MAX_ROWS: int | None = env("LASER_QUANT_MAX_ROWS", None, count)
 # KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
 # 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens), allocated and zeroed at start.
 LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)

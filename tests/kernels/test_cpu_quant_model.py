@@ -220,26 +220,6 @@ def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat
 
 
 @pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
-def test_a_step_beside_hot_streams_leaves_a_core_and_gives_the_same_logits() -> None:
-    """``keep_a_core``: the step's C kernels run on one pool thread (the serving loop keeps
-    the other core), on either side of auto, with the logits of the step on every core."""
-    from dataclasses import replace
-
-    from inference.engine.runner import AUTO
-
-    auto = _runner(AUTO, quant_max_rows=2)
-    try:
-        for rows in (1, 3, -5):
-            every = auto.execute(_step(rows))
-            assert _cpu._gemm_threads(1) == 2
-            narrow = auto.execute(replace(_step(rows), keep_a_core=True))
-            assert _cpu._gemm_threads(1) == 1
-            assert torch.equal(narrow, every), rows
-    finally:
-        _cpu.set_threads(0)
-
-
-@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
 def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> None:
     """Layer pause: a 3-row step stopped after one layer, a 1-row (quantized) step in between,
     then the rest: the same logits as the 3-row step run whole."""
@@ -255,9 +235,31 @@ def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> 
     assert torch.equal(paused.logits(), want) and auto.packs_in_use == "bfloat16"
 
 
+@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
+def test_auto_without_a_threshold_runs_the_side_its_step_times_show_faster() -> None:
+    """Unpinned, auto tries each side on a width's first steps and then runs the one that
+    the steps it was told of (``observe``) show faster, with that side's logits."""
+    from inference.engine.runner import AUTO
+
+    auto = _runner(AUTO)
+    alone = {"quant": _runner(kernels.QUANT), "bfloat16": _runner(torch.bfloat16)}
+    seconds = {"quant": 0.2, "bfloat16": 0.1}  # told: bfloat16 is twice as fast at 3 rows
+    sides = []
+    for _ in range(4):
+        batch = _step(3)
+        got = auto.execute(batch)
+        side = auto.packs_in_use
+        assert torch.equal(got, alone[side].execute(_step(3))), side
+        auto.observe(batch, seconds[side])
+        sides.append(side)
+    assert sides == ["quant", "bfloat16", "bfloat16", "bfloat16"]
+    auto.execute(_step(1))  # another width: tried afresh (3 rows' verdict is clear: taken)
+    assert auto.packs_in_use == "bfloat16"
+
+
 def test_the_threshold_is_a_config_field() -> None:
     from inference.engine.config import EngineConfig
 
-    assert EngineConfig().quant_max_rows == 8  # measured crossover (docs/engine.md, "Auto")
+    assert EngineConfig().quant_max_rows is None  # learned (docs/engine.md, "Auto")
     with pytest.raises(ValueError, match="quant_max_rows"):
         EngineConfig(quant_max_rows=-1)

@@ -111,30 +111,6 @@ def test_a_hot_step_returns_its_tokens_before_the_paused_forward_runs_on():
     assert set(out) >= {"hot", "cold0", "cold1"}
 
 
-def test_a_pausable_step_beside_decoding_hot_streams_leaves_a_core():
-    """A step without hot rows that runs while hot streams decode asks the runner for one
-    thread (``keep_a_core``: the serving loop that delivers their tokens keeps a core);
-    before any hot stream runs, it gets every core."""
-    engine = make_engine(policy="laser", layer_pause=True)
-    for i in range(3):
-        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD, max_tokens=12))
-    seen = _hot_during_first_cold_layer(
-        engine, _request("hot", prompt_ids(5, 9), Tier.HOT, max_tokens=12))
-    begun, begin = [], engine.runner.begin
-
-    def recording(batch):
-        hot_decoding = any(s.tier is Tier.HOT and not s.is_prefilling
-                           for s in engine.scheduler.running)
-        begun.append((batch.keep_a_core, hot_decoding))
-        return begin(batch)
-
-    engine.runner.begin = recording
-    run(engine, on_step=lambda i: seen.__setitem__("step", i))
-    assert begun[0] == (False, False)
-    assert all(keep == hot for keep, hot in begun)
-    assert (True, True) in begun
-
-
 def test_a_held_sequence_aborted_mid_pause_frees_its_blocks_at_release():
     engine = make_engine(policy="laser", layer_pause=True)
     for i in range(2):
@@ -193,3 +169,25 @@ def test_hot_that_needs_the_held_blocks_gets_them_once_the_forward_completes():
         outputs[layer_pause] = {rid: out[rid][0][0] for rid in out}
         assert engine.scheduler.kv.num_free_blocks == 8
     assert outputs[True] == outputs[False] and len(outputs[True]["hot"]) == 6
+
+
+def test_the_runner_learns_from_every_whole_forward_and_not_from_a_paused_one():
+    """``ModelRunner.observe`` (auto's side chooser) gets each step's batch and forward time,
+    whether it ran whole or layer by layer, but not a forward split around hot steps."""
+    engine = make_engine(policy="laser", layer_pause=True)
+    for i in range(2):
+        engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
+    seen = _hot_during_first_cold_layer(engine, _request("hot", prompt_ids(5, 9), Tier.HOT))
+    runner = engine.runner
+    ran, told = [], []
+    execute, begin, observe = runner.execute, runner.begin, runner.observe
+    runner.execute = lambda batch: ran.append(batch) or execute(batch)
+    runner.begin = lambda batch: ran.append(batch) or begin(batch)
+    runner.observe = lambda batch, s: told.append((batch, s)) or observe(batch, s)
+    seen["step"] = 0
+    engine.step()
+    paused = engine._paused.forward.batch
+    run(engine, on_step=lambda i: seen.__setitem__("step", i + 1))
+    assert len(ran) > 2 and paused in ran
+    assert [b for b, _ in told] == [b for b in ran if b is not paused]
+    assert all(s > 0 for _, s in told)
