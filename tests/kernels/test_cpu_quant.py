@@ -60,7 +60,7 @@ def test_gemm_equals_the_float64_product_of_its_operands(fmt, shape, rows) -> No
     """One part: exactly (up to float32 sums) the dequantised weights times the int8-rounded
     activations, within 1 % of the exact product (relative to the sum of |x| |w|); two parts:
     within 5e-5 of it (a part keeps about 1/254 of what the one before left). Widths across the
-    16-output groups, rows across the 4-row tiles."""
+    16-output groups, rows across the 8-row (AVX-512) and 4-row tiles."""
     n, k = shape
     raw, w = _weight(fmt, n, k, seed=rows)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(n))
