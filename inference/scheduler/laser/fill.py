@@ -170,13 +170,16 @@ class StepFill(Preemption):
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
         p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
-        # a hot step between pausable ones (FillMode.HOT) comes some time after the streams'
-        # last tokens: the gap is that wait plus this step, so the cap is what is left of it
-        # (whole steps follow each other: the wait is 0 there)
-        waited = self.mode is FillMode.HOT
-        hot_tbt = [(q.targets.tbt_p99_s, self.now - q.last_token_time
+        # where forwards pause, a step may come some time after the streams' last tokens (a
+        # paused forward resumed in between): the gap is that wait plus this step, so the cap
+        # is what is left of it (whole steps follow each other: the wait is 0 there)
+        waited = self.mode is FillMode.HOT or v.pausing
+
+        def wait(q: Sequence) -> float:
+            return (self.now - q.last_token_time
                     if waited and q.last_token_time is not None else 0.0)
-                   for k, q in decodes if k[0] == 0]
+
+        hot_tbt = [(q.targets.tbt_p99_s, wait(q)) for k, q in decodes if k[0] == 0]
         for k, q in decodes:
             if k[0] == 0:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
@@ -201,9 +204,10 @@ class StepFill(Preemption):
             decodes = [(k, q) for k, q in decodes if not k[1]]
         safety = v.tbt_safety
         hot_caps = [safety * g - w for g, w in hot_tbt] if ab.chunking_enabled else []
-        kept_tbt = [q.targets.tbt_p99_s for k, q in decodes if protected(k, q)]
+        kept_tbt = [safety * q.targets.tbt_p99_s - wait(q) for k, q in decodes
+                    if protected(k, q)]
         if kept_tbt and ab.tbt_share_enabled:  # the others take turns under hot's TBT cap
-            kept = decodes_within(decodes, safety * min(kept_tbt), v.cost)
+            kept = decodes_within(decodes, min(kept_tbt), v.cost)
             self.context -= sum(q.num_computed_tokens for _, q in decodes) - sum(
                 q.num_computed_tokens for _, q in kept)
             decodes = kept

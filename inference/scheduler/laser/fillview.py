@@ -59,6 +59,7 @@ class FillView:
     try_schedule: Callable[[Sequence, int], Chunk | None]
     release_unscheduled: Callable[[Sequence], None]
     queue: WaitingIndex | None = None  # ``waiting`` by class in key order (None: built here)
+    pausing: bool = False  # the executor may pause forwards: steps need not follow each other
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
             hold_blocks=self.reserve.blocks(self.kv.num_blocks) if ab.reserve_enabled else 0,
             lent=self.reserve.lent if ab.reserve_enabled else frozenset(),
             cold_need=self.state.cold_need, has_held=bool(self.pause.held), kv=self.kv,
-            try_schedule=self.try_schedule, release_unscheduled=self.release_unscheduled)
+            try_schedule=self.try_schedule, release_unscheduled=self.release_unscheduled,
+            pausing=self.pausing)
 
     def _apply(self, fill: FillResult, now: float) -> None:
         """The fill's decisions: its victims wait again (their blocks are already free), the

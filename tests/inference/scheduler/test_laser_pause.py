@@ -135,3 +135,23 @@ def test_pausable_steps_keep_their_layers_short_while_hot_traffic_is_seen():
     assert sched.pause_step_cap_s(1.01) == pytest.approx(0.1 * 0.5)
     # long after the last hot turn the cap is off
     assert sched.pause_step_cap_s(1.0 + 10 * sched.policy.reserve_window_s) is None
+
+
+@pytest.mark.parametrize("pause_layers", [30, 0])
+def test_a_shared_step_after_a_wait_keeps_to_what_is_left_of_the_hot_gap(pause_layers):
+    """Where forwards pause, a step can come long after a hot stream's last token (a paused
+    forward resumed in between): the rows beside the hot decode are held to what is left of
+    its gap, not to a whole one. Whole steps (no pause) follow each other: no wait counted."""
+    sched = laser(layer_pause=pause_layers, policy=knobs(PAUSE, tbt_share_enabled=True))
+    sched.add(make_request("h", 8, max_tokens=50, targets=HOT), 0.0)
+    step(sched, 0.0)
+    for i in range(3):
+        sched.add(make_request(f"c{i}", 8, max_tokens=50, tier=Tier.COLD, deadline=1e6), 0.0)
+    step(sched, 0.0)  # the cold prompts, beside the hot decode
+    hot = sched.seqs["h-0"]
+    assert all(not s.is_prefilling for s in sched.running)
+    # 0.8 x 0.5 s of gap, 0.3885 s of it waited: 0.0115 s left, which the hot decode alone
+    # (0.01 + 0.001 s) fits and no cold row more (four rows: 0.014 s, within a whole gap)
+    plan = sched.schedule(hot.last_token_time + 0.3885)
+    rows = [sched.seqs[s.seq_id].tier for s in plan.scheduled]
+    assert rows == ([Tier.HOT] if pause_layers else [Tier.HOT] + [Tier.COLD] * 3)
