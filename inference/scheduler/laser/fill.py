@@ -217,7 +217,7 @@ class StepFill(Preemption):
         # a step that may pause (none of hot's streams decodes in it): short enough layers
         # that a hot arrival soon gets its turn
         pause = [v.pause_cap_s] if v.pause_cap_s is not None and not hot_tbt else []
-        self.cap_s = min(hot_caps + warm + [c for c in pause if c is not None], default=None)
+        self.cap_s = min(hot_caps + warm + pause, default=None)
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
                     else self._tokens_within(self.cap_s, len(decodes)))
