@@ -47,10 +47,11 @@ class SideChooser:
     of the nearest group that has one when that one is clear (one side ``clear`` times
     faster), else it tries each side once. The faster side runs; now and then a step runs the
     other side again, so that a change of load is followed: first after ``explore_every``
-    steps of the group, then twice as many after each time the verdict held (up to
-    ``explore_max``), and ``explore_every`` again once it flipped. A step on the slower side
-    is a slow step for every stream in it, so the schedule backs off where the verdict is
-    steady. Only whole steps on the full pool teach it (``observe``)."""
+    steps of the group, then twice as many after each such step that was slower again (up to
+    ``explore_max``), and ``explore_every`` again after one that was faster. A step on the
+    slower side is a slow step for every stream in it, so the schedule backs off where the
+    verdict is steady. Only whole forwards teach it (``observe``: a forward split around
+    other steps is not timed whole)."""
 
     def __init__(self, explore_every: int = 64, explore_max: int = 4096, weight: float = 0.25,
                  clear: float = 1.2) -> None:
