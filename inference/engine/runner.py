@@ -57,10 +57,7 @@ class SideChooser:
                  clear: float = 1.2) -> None:
         self.explore_every, self.explore_max = explore_every, explore_max
         self.weight, self.clear = weight, clear
-        self._per_token: dict[int, list[float | None]] = {}
-        self._steps: dict[int, int] = {}
-        self._next: dict[int, int] = {}  # the group's step count at which to explore
-        self._interval: dict[int, int] = {}
+        self._groups: dict[int, _Group] = {}
 
     @staticmethod
     def group(n: int) -> int:
@@ -72,53 +69,65 @@ class SideChooser:
         return 4 * bits - 8 + (n >> (bits - 3))
 
     def choose(self, n: int) -> int:
-        g = self.group(n)
-        times = self._per_token.get(g)
-        if times is None:
-            times = self._per_token[g] = self._prior(g)
-            self._interval[g] = self.explore_every
-            self._next[g] = self.explore_every
+        k = self.group(n)
+        g = self._groups.get(k)
+        if g is None:
+            g = self._groups[k] = self._new_group(self._prior(k))
         for side in (QUANT_SIDE, BF16_SIDE):
-            if times[side] is None:
+            if g.per_token[side] is None:
                 return side
-        steps = self._steps[g] = self._steps.get(g, 0) + 1
-        faster = self._winner(times)
-        if steps < self._next[g]:
+        faster = _winner(g.per_token)
+        if g.left:
+            g.left -= 1
             return faster
-        self._next[g] = steps + self._interval[g]
+        g.left = g.interval - 1
         return 1 - faster
 
     def observe(self, n: int, side: int, seconds: float) -> None:
-        g = self.group(n)
-        times = self._per_token.setdefault(g, [None, None])
-        per_token = seconds / max(1, n)
-        if None not in times and g in self._interval and side != self._winner(times):
+        k = self.group(n)
+        g = self._groups.get(k)
+        if g is None:
+            g = self._groups[k] = self._new_group([None, None])
+        times, per_token = g.per_token, seconds / max(1, n)
+        if None not in times and side != _winner(times):
             # an exploration: slower than the verdict's side again, or worth a second look soon
             held = per_token >= times[1 - side]
-            self._interval[g] = (min(self.explore_max, 2 * self._interval[g]) if held
-                                 else self.explore_every)
+            g.interval = min(self.explore_max, 2 * g.interval) if held else self.explore_every
         old = times[side]
         times[side] = per_token if old is None else old + self.weight * (per_token - old)
 
     def faster(self, n: int) -> int | None:
         """The side that is faster at ``n`` tokens so far; None before both were timed."""
-        times = self._per_token.get(self.group(n))
-        if times is None or None in times:
+        g = self._groups.get(self.group(n))
+        if g is None or None in g.per_token:
             return None
-        return self._winner(times)
+        return _winner(g.per_token)
 
-    @staticmethod
-    def _winner(times: list) -> int:
-        return QUANT_SIDE if times[QUANT_SIDE] <= times[BF16_SIDE] else BF16_SIDE
+    def _new_group(self, per_token: list[float | None]) -> _Group:
+        return _Group(per_token, self.explore_every, self.explore_every - 1)
 
-    def _prior(self, g: int) -> list[float | None]:
+    def _prior(self, k: int) -> list[float | None]:
         """A new group's times: the nearest timed group's where its verdict is clear."""
-        known = [(abs(k - g), k) for k, t in self._per_token.items() if None not in t]
+        known = [(abs(o - k), o) for o, g in self._groups.items() if None not in g.per_token]
         if not known:
             return [None, None]
-        times = self._per_token[min(known)[1]]
+        times = self._groups[min(known)[1]].per_token
         slow, fast = max(times), min(times)
         return list(times) if slow >= self.clear * fast else [None, None]
+
+
+@dataclass(slots=True)
+class _Group:
+    """A width group's state in ``SideChooser``: each side's moving time per token, the steps
+    between tries of the slower side, and the steps left until the next one."""
+
+    per_token: list[float | None]
+    interval: int
+    left: int
+
+
+def _winner(per_token: list) -> int:
+    return QUANT_SIDE if per_token[QUANT_SIDE] <= per_token[BF16_SIDE] else BF16_SIDE
 
 
 @dataclass(slots=True)
@@ -180,7 +189,8 @@ class ModelRunner:
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
         self.quant_max_rows = quant_max_rows
-        self.sides = SideChooser()
+        # AUTO without a pinned crossover: which packs are faster at which width
+        self.sides = SideChooser() if quant_max_rows is None else None
         # AUTO: the (quantized, bfloat16) pack states, and the one in use
         self._pack_sets: tuple[tuple, tuple] | None = None
         self._packs_in_use = 1
@@ -214,7 +224,7 @@ class ModelRunner:
             return
         if batch.side is None:
             n = batch.num_tokens
-            batch.side = (self.sides.choose(n) if self.quant_max_rows is None
+            batch.side = (self.sides.choose(n) if self.sides is not None
                           else int(n > self.quant_max_rows))
         want = batch.side
         if want != self._packs_in_use:
@@ -292,8 +302,8 @@ class ModelRunner:
 
     def observe(self, batch: BatchInputs, seconds: float) -> None:
         """A whole step over ``batch`` took ``seconds`` (its forward, not paused): under
-        ``AUTO`` the side chooser learns from it."""
-        if batch.side is not None:
+        ``AUTO`` the side chooser learns from it (none learns a pinned crossover)."""
+        if batch.side is not None and self.sides is not None:
             self.sides.observe(batch.num_tokens, batch.side, seconds)
 
     def _set_threads(self, batch: BatchInputs) -> None:

@@ -173,11 +173,9 @@ class StepFill(Preemption):
         # where forwards pause, a step may come some time after the streams' last tokens (a
         # paused forward resumed in between): the gap is that wait plus this step, so the cap
         # is what is left of it (whole steps follow each other: the wait is 0 there)
-        waited = self.mode is FillMode.HOT or v.pausing
-
         def wait(q: Sequence) -> float:
             return (self.now - q.last_token_time
-                    if waited and q.last_token_time is not None else 0.0)
+                    if v.pausing and q.last_token_time is not None else 0.0)
 
         hot_tbt = [(q.targets.tbt_p99_s, wait(q)) for k, q in decodes if k[0] == 0]
         for k, q in decodes:
