@@ -7,7 +7,9 @@ mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=
 layers' projections on the CPU's bfloat16 units, the LM head and everything between the
 matmuls float32), in ``quant`` (``matmul_dtype=quant``: the GGUF's Q4_1/Q8_0 blocks times
 int8-quantised activations, ``kernels._cpu.quant``) and in bfloat16 (weights and activations;
-the KV cache stays float32 as the engine keeps it on CPU). Reports per prompt and mode the
+the KV cache stays float32 as the engine keeps it on CPU). Each mode's KV cache is the engine's
+default for it: float32 beside the exact matmuls, float16 beside ``mixed`` and ``quant``
+(``EngineConfig.torch_kv_dtype``). Reports per prompt and mode the
 first-step logit error relative to float32, how many leading greedy tokens agree, where
 float32's answer ends (its first end-of-turn token), whether the mode's answer equals
 float32's (all tokens up to that end agree) and, where not, float32's top-2 logit margin at
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine_throughput import torch_layer_ops  # noqa: E402
 
+from inference.engine.config import EngineConfig  # noqa: E402
 from inference.loaders import load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
 from kernels import _cpu  # noqa: E402
@@ -48,12 +51,19 @@ MODES = ("float32", "mixed", "quant", "bfloat16")
 COMPARED = MODES[1:]
 
 
-def greedy(model, ids: list[int], tokens: int,
-           margins: list[float] | None = None) -> tuple[list[int], torch.Tensor]:
+def kv_dtype(mode: str) -> torch.dtype:
+    """The KV cache the engine keeps beside ``mode``'s matmuls."""
+    matmul = {"mixed": "bfloat16", "quant": "quant"}.get(mode)
+    return EngineConfig(dtype="bfloat16" if mode == "bfloat16" else None,
+                        matmul_dtype=matmul).torch_kv_dtype
+
+
+def greedy(model, ids: list[int], tokens: int, margins: list[float] | None = None,
+           cache_dtype: torch.dtype = torch.float32) -> tuple[list[int], torch.Tensor]:
     """Greedy tokens (EOS ignored) and the first step's float32 logits; each step's top-2
     logit margin is appended to ``margins`` if given."""
     blocks = -(-(len(ids) + tokens) // BLOCK)
-    caches = model.allocate_kv_caches(blocks, BLOCK, dtype=torch.float32)
+    caches = model.allocate_kv_caches(blocks, BLOCK, dtype=cache_dtype)
     table = [list(range(blocks))]
     out: list[int] = []
     first = None
@@ -73,9 +83,10 @@ def greedy(model, ids: list[int], tokens: int,
     return out, first
 
 
-def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7) -> list[float]:
+def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7,
+            cache_dtype: torch.dtype = torch.float32) -> list[float]:
     blocks = context // BLOCK + 1
-    caches = model.allocate_kv_caches(seqs * blocks, BLOCK, dtype=torch.float32)
+    caches = model.allocate_kv_caches(seqs * blocks, BLOCK, dtype=cache_dtype)
     tables = [[s * blocks + j for j in range(blocks)] for s in range(seqs)]
     meta = AttentionMetadata.build(tables, [context] * seqs, [1] * seqs, BLOCK)
     ids = torch.randint(0, model.config.vocab_size, (seqs,))
@@ -125,7 +136,8 @@ def run(args: argparse.Namespace) -> None:
         end = next((i for i, t in enumerate(ref) if t in exact.stop_token_ids), len(ref))
         row = {"prompt": prompt, "answer_tokens": end, "float32": exact.tokenizer.decode(ref)}
         for mode in COMPARED:
-            got, logits = greedy(modes[mode].model, ids, args.tokens)
+            got, logits = greedy(modes[mode].model, ids, args.tokens,
+                                 cache_dtype=kv_dtype(mode))
             agree = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
             row[mode] = exact.tokenizer.decode(got)
             row[f"{mode}_agree"] = agree
@@ -138,7 +150,7 @@ def run(args: argparse.Namespace) -> None:
         times = {m: [] for m in modes}
         for _ in range(3):  # alternate so that machine noise hits every mode alike
             for m, loaded in modes.items():
-                times[m] += step_ms(loaded.model, seqs=seqs)
+                times[m] += step_ms(loaded.model, seqs=seqs, cache_dtype=kv_dtype(m))
         timing[seqs] = {m: statistics.median(t) for m, t in times.items()}
     print(f"{'prompt':<34}{'answer':>7}" + "".join(f"{m[:5] + ' err':>10}{'agree':>6}{'margin':>7}"
                                                for m in COMPARED))

@@ -11,7 +11,8 @@ once (BOS first only where the GGUF asks for it, and then each chunk's first tok
 BOS), cut into ``len(tokens) // ctx`` chunks of ``ctx`` tokens, each chunk evaluated from an
 empty cache, and only the second half of each chunk scored (the logits of positions
 ``ctx / 2 .. ctx - 2`` against the next token); the perplexity is ``exp`` of the mean negative
-log-likelihood over all chunks.
+log-likelihood over all chunks. Each mode keeps the KV cache the engine keeps beside it
+(float32 beside ``float32``, float16 beside the others: ``EngineConfig.torch_kv_dtype``).
 
 Each chunk runs as one prefill (as llama-perplexity runs it); with ``--decode`` the scored half
 also runs as serving generates text, one decode step a token after a prefill of the first
@@ -36,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from inference.engine.config import EngineConfig  # noqa: E402
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
 from kernels import _cpu  # noqa: E402
@@ -74,12 +76,13 @@ def _forward(model, caches, table, ids: list[int], start: int) -> torch.Tensor:
     return hidden
 
 
-def chunk_nll(model, chunk: list[int], decode: bool) -> tuple[float, int]:
+def chunk_nll(model, chunk: list[int], decode: bool,
+              cache_dtype: torch.dtype = torch.float32) -> tuple[float, int]:
     """Summed negative log-likelihood of the chunk's scored half and its token count."""
     n = len(chunk)
     first = n // 2
     blocks = -(-n // BLOCK)
-    caches = model.allocate_kv_caches(blocks, BLOCK, dtype=torch.float32)
+    caches = model.allocate_kv_caches(blocks, BLOCK, dtype=cache_dtype)
     table = [list(range(blocks))]
     with torch.inference_mode():
         if not decode:
@@ -97,10 +100,11 @@ def chunk_nll(model, chunk: list[int], decode: bool) -> tuple[float, int]:
     return float(-logp[torch.arange(len(targets)), targets].sum()), len(targets)
 
 
-def perplexity(model, parts: list[list[int]], decode: bool) -> float:
+def perplexity(model, parts: list[list[int]], decode: bool,
+               cache_dtype: torch.dtype = torch.float32) -> float:
     total, count = 0.0, 0
     for chunk in parts:
-        nll, n = chunk_nll(model, chunk, decode)
+        nll, n = chunk_nll(model, chunk, decode, cache_dtype)
         total, count = total + nll, count + n
     return math.exp(total / count)
 
@@ -135,9 +139,12 @@ def main() -> None:
     for mode in args.modes.split(","):
         loaded = load(mode, args.threads)
         parts = chunks(loaded, text, args.ctx)
-        row = {"chunks": len(parts), "prefill": perplexity(loaded.model, parts, False)}
+        # the KV cache the engine keeps beside the mode's matmuls (float16 but for float32)
+        cache = EngineConfig(matmul_dtype={"mixed": "bfloat16"}.get(mode, mode)).torch_kv_dtype
+        row = {"chunks": len(parts), "kv_cache": str(cache).removeprefix("torch."),
+               "prefill": perplexity(loaded.model, parts, False, cache)}
         if args.decode:
-            row["decode"] = perplexity(loaded.model, parts, True)
+            row["decode"] = perplexity(loaded.model, parts, True, cache)
         result["modes"][mode] = row
         del loaded
     print(f"{TEXT.name} (sha256 {result['text_sha256'][:16]}), ctx {args.ctx}, "

@@ -73,6 +73,8 @@ def paged_prefill_attention_reference(
         qi = q[starts[i] : starts[i + 1]]
         if work is not None:
             qi, k, v = qi.to(work), k.to(work), v.to(work)
+        elif k.dtype != qi.dtype:  # a float16 cache under float32 queries (the CPU default)
+            k, v = k.to(qi.dtype), v.to(qi.dtype)
         out[starts[i] : starts[i + 1]] = _chunk_attention(qi, k, v, scale).to(q.dtype)
     return out
 

@@ -51,14 +51,15 @@ class EngineConfig:
         quant_max_rows: ``auto`` only: a fixed crossover instead of the learned one: the
             most tokens a step may have to run on the quantized blocks; larger steps run on
             the bfloat16 packs. None (default): learned per width from the step times.
-        kv_cache_dtype: dtype of the paged KV cache; None is float32 on CPU (the CPU attention
-            computes in float32, so a narrower cache would only add conversions) and ``dtype``
-            on CUDA.
+        kv_cache_dtype: dtype of the paged KV cache; None is ``dtype`` on CUDA, on CPU float32
+            under the exact ``matmul_dtype`` (None, ``float32``) and float16 under the others
+            (the attention computes in float32 either way; at 64 streams a decode step reads
+            more cache than weights, and float16 halves it: docs/engine.md, "KV cache").
         block_size: tokens per KV block.
         kv_memory_mb: KV-cache budget; the number of blocks follows from the model's
             ``kv_bytes_per_block``. It is allocated (and zeroed) when the engine starts, so a
-            bare engine takes 256 MB (~5,800 tokens of SmolLM2's float32 KV, 45 KiB a token);
-            the platform serves with 2 GiB (64 streams of ~700 tokens).
+            bare engine takes 256 MB (~5,800 tokens of SmolLM2's float32 KV, 45 KiB a token;
+            twice as many in float16); the platform serves with 2 GiB.
         max_num_batched_tokens: token budget of one step (prefill chunks plus decodes).
         max_num_seqs: most sequences running at once.
         max_model_len: longest prompt + output; None is the model's context.
@@ -147,7 +148,10 @@ class EngineConfig:
     def torch_kv_dtype(self) -> torch.dtype:
         if self.kv_cache_dtype is not None:
             return _DTYPES[self.kv_cache_dtype]
-        return torch.float32 if self.device == "cpu" else self.torch_dtype
+        if self.device != "cpu":
+            return self.torch_dtype
+        exact = self.matmul_dtype in (None, "float32") or self.torch_dtype != torch.float32
+        return torch.float32 if exact else torch.float16
 
     @property
     def torch_matmul_dtype(self) -> torch.dtype | str | None:

@@ -32,25 +32,26 @@ SOURCES = tuple(Path(__file__).with_name(n) for n in
                 ("laser_cpu.c", "laser_quant.c", "laser_pool.c", "laser_cpu.h"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-std=c11", "-fPIC",
          "-shared", "-pthread")
-DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # float16: KV caches
+KV_DTYPES = (torch.float32, torch.float16)
 
 _i64, _f32, _ptr, _int = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int
 SIGNATURES = {
     "laser_add_rms_norm": (_ptr, _int, _ptr, _ptr, _f32, _i64, _i64, _ptr, _int),
     "laser_rope_write_kv": (_ptr, _int, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr,
-                            _ptr),
-    "laser_paged_attention": (_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64,
-                              _i64, _f32, _ptr, _int, _int),
+                            _int, _ptr),
+    "laser_paged_attention": (_ptr, _ptr, _ptr, _int, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64,
+                              _i64, _i64, _f32, _ptr, _int, _int),
     "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
     "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
     "laser_gemm_bf16": (_ptr, _int, _i64, _i64, _ptr, _i64, _ptr, _int, _int),
     "laser_gemm_bf16_supported": (),
     "laser_decoder_layer": (_ptr, _int, _ptr, _int, _ptr, _ptr, _f32, _ptr, _ptr, _int,
-                            _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
+                            _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _int,
                             _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
     "laser_decoder_stack": (_int, _int, ctypes.c_void_p, _ptr, _int, _ptr, _int, _ptr, _ptr,
-                            _f32, _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr,
-                            _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
+                            _f32, _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _int,
+                            _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
     "laser_rescore_top": (_ptr, _i64, _i64, _int, _ptr, _i64, _ptr, _int),
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
@@ -129,6 +130,13 @@ def _check_all(dtype: torch.dtype, **tensors: torch.Tensor) -> None:
         _check(t, name, dtype)
 
 
+def _check_kv(k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:
+    """Both caches float32 or both float16; the dtype's code for the C calls."""
+    _check(k_cache, "k_cache", *KV_DTYPES)
+    _check(v_cache, "v_cache", k_cache.dtype)
+    return DTYPES[k_cache.dtype]
+
+
 _ACTS = (torch.float32, torch.bfloat16)
 
 
@@ -154,10 +162,11 @@ def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Ten
                   k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                   num_heads: int) -> torch.Tensor:
     """Split ``qkv`` ``[T, (H + 2 KVH) D]``, rotate q and k (``kernels.rotary_embedding``),
-    write k and v into the caches at ``slots`` (``kernels.write_kv``); returns q ``[T, H, D]``
-    float32."""
+    write k and v into the caches (float32 or float16) at ``slots`` (``kernels.write_kv``);
+    returns q ``[T, H, D]`` float32."""
     _check(qkv, "qkv", *_ACTS)
-    _check_all(torch.float32, k_cache=k_cache, v_cache=v_cache, cos_sin=cos_sin)
+    kv_dtype = _check_kv(k_cache, v_cache)
+    _check(cos_sin, "cos_sin", torch.float32)
     _check_all(torch.int64, positions=positions, slots=slots)
     num_tokens = qkv.shape[0]
     _, _, num_kv_heads, head_dim = k_cache.shape
@@ -168,7 +177,7 @@ def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Ten
     library().laser_rope_write_kv(
         qkv.data_ptr(), DTYPES[qkv.dtype], num_tokens, num_heads, num_kv_heads, head_dim,
         positions.data_ptr(), cos_sin.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
-        v_cache.data_ptr(), slots.data_ptr())
+        v_cache.data_ptr(), kv_dtype, slots.data_ptr())
     return q
 
 
@@ -176,12 +185,14 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                     out_dtype: torch.dtype,
                     query_start_loc: torch.Tensor | None = None) -> torch.Tensor:
-    """Causal attention of float32 ``q`` ``[T, H, D]`` over float32 paged caches read in place:
+    """Causal attention of float32 ``q`` ``[T, H, D]`` over paged caches (float32 or float16)
+    read in place:
     ``kernels.paged_prefill_attention``'s contract, or, without ``query_start_loc``,
     ``kernels.paged_decode_attention``'s (one row per sequence); the result ``[T, H, D]`` in
     ``out_dtype``. Each query row is a decode-style pass over its keys: the quadratic work of
     a long prompt belongs to SDPA (``kernels.layer_ops.CpuOps`` sends only short chunks here)."""
-    _check_all(torch.float32, q=q, k_cache=k_cache, v_cache=v_cache)
+    _check(q, "q", torch.float32)
+    kv_dtype = _check_kv(k_cache, v_cache)
     _check_all(torch.int32, block_tables=block_tables, seq_lens=seq_lens)
     num_rows, num_heads, head_dim = q.shape
     num_seqs = seq_lens.shape[0]
@@ -195,7 +206,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads} kv heads")
     out = torch.empty((num_rows, num_heads, head_dim), dtype=out_dtype)
     library().laser_paged_attention(
-        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), kv_dtype, block_tables.data_ptr(),
         block_tables.shape[1], seq_lens.data_ptr(),
         None if query_start_loc is None else query_start_loc.data_ptr(), num_seqs, num_heads,
         num_kv_heads, head_dim, block_size, scale, out.data_ptr(), DTYPES[out_dtype],

@@ -26,7 +26,10 @@ static void load_row(const void *src, int dtype, int64_t n, float *dst) {
         return;
     }
     const uint16_t *s = (const uint16_t *)src;
-    for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+    if (dtype == F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = h2f(s[i]);
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
 }
 
 static void store_row(const float *src, int64_t n, void *dst, int dtype) {
@@ -35,7 +38,10 @@ static void store_row(const float *src, int64_t n, void *dst, int dtype) {
         return;
     }
     uint16_t *d = (uint16_t *)dst;
-    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+    if (dtype == F16)
+        for (int64_t i = 0; i < n; i++) d[i] = f2h(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
 /* sum of a[i] * b[i]: with AVX-512 one fused multiply-add per 16 elements and one tree
@@ -110,12 +116,14 @@ static inline void rotate(const float *x, const float *cos, const float *sin, in
 
 /* Rotary embedding of q and k (rotate-half convention, cos_sin[p] = [cos | sin], [P, D]) and
  * the K/V cache write. qkv: [T, (H + 2 KVH) D] in dtype; q_out: [T, H, D] float32; caches
- * float32 [slots, KVH, D]; slots[t] < 0 skips the write. */
+ * [slots, KVH, D] in kv_dtype (F32 or F16); slots[t] < 0 skips the write. */
 void laser_rope_write_kv(const void *qkv, int dtype, int64_t T, int64_t H, int64_t KVH,
                          int64_t D, const int64_t *positions, const float *cos_sin,
-                         float *q_out, float *k_cache, float *v_cache, const int64_t *slots) {
+                         float *q_out, void *k_cache, void *v_cache, int kv_dtype,
+                         const int64_t *slots) {
     int64_t width = (H + 2 * KVH) * D, half = D / 2;
-    float *row = (float *)malloc((size_t)width * 4);
+    size_t kv = elem_size(kv_dtype);
+    float *row = (float *)malloc((size_t)(width + D) * 4), *k = row + width;
     const char *src = (const char *)qkv;
     for (int64_t t = 0; t < T; t++) {
         load_row(src + (size_t)(t * width) * elem_size(dtype), dtype, width, row);
@@ -123,50 +131,128 @@ void laser_rope_write_kv(const void *qkv, int dtype, int64_t T, int64_t H, int64
         for (int64_t h = 0; h < H; h++) rotate(row + h * D, cos, sin, half, q_out + (t * H + h) * D);
         int64_t slot = slots[t];
         if (slot < 0) continue;
-        for (int64_t h = 0; h < KVH; h++)
-            rotate(row + (H + h) * D, cos, sin, half, k_cache + (slot * KVH + h) * D);
-        memcpy(v_cache + slot * KVH * D, row + (H + KVH) * D, (size_t)(KVH * D) * 4);
+        for (int64_t h = 0; h < KVH; h++) {
+            rotate(row + (H + h) * D, cos, sin, half, k);
+            store_row(k, D, (char *)k_cache + (size_t)((slot * KVH + h) * D) * kv, kv_dtype);
+        }
+        store_row(row + (H + KVH) * D, KVH * D, (char *)v_cache + (size_t)(slot * KVH * D) * kv,
+                  kv_dtype);
     }
     free(row);
 }
 
 #ifdef __AVX512F__
-/* attention of one KV head's G query rows (G <= 4) over len cached rows of head_dim 64: q and
- * the accumulators stay in registers, each K and V row is loaded once for all G queries */
-static inline void attend_64(const float *q, int G, const float *k_cache, const float *v_cache,
-                             const int64_t *rows, int64_t len, int64_t KVH, int64_t kh,
-                             float scale, float *scores, float *out) {
-    __m512 qv[4][4], acc[4][4];
-    for (int g = 0; g < G; g++)
-        for (int j = 0; j < 4; j++) {
-            qv[g][j] = _mm512_loadu_ps(q + g * 64 + j * 16);
-            acc[g][j] = _mm512_setzero_ps();
-        }
-    float top[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, sum[4] = {0, 0, 0, 0};
-    for (int64_t t = 0; t < len; t++) {
-        const float *k = k_cache + (rows[t] * KVH + kh) * 64;
-        __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
-        __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
-        for (int g = 0; g < G; g++) {
-            __m512 d = _mm512_mul_ps(qv[g][0], k0);
-            d = _mm512_fmadd_ps(qv[g][1], k1, d);
-            d = _mm512_fmadd_ps(qv[g][2], k2, d);
-            d = _mm512_fmadd_ps(qv[g][3], k3, d);
-            float sc = _mm512_reduce_add_ps(d) * scale;
-            scores[g * len + t] = sc;
-            top[g] = sc > top[g] ? sc : top[g];
-        }
+/* the sums of 16 vectors, in their order: a transposed reduction (45 shuffles and adds for
+ * 16 sums where one horizontal sum each takes about 9) */
+static inline __m512 sum16(const __m512 d[16]) {
+    __m512 s[8], u[4], w[2];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3] */
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]),
+                             _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+    for (int i = 0; i < 4; i++) { /* per lane: [a, b, c, d] */
+        __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
     }
+    for (int i = 0; i < 2; i++) /* lanes 0 + 1 and 2 + 3 of two such */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
+                         _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
+}
+
+/* fast_exp on 16 lanes (the same steps, so the same values) */
+static inline __m512 fast_exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                           magic), magic);
+    __m512 r = _mm512_add_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
+                      _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)),
+                                  23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* 16 cached values as float32 (KV: F32 or F16, a constant in each expansion) */
+static inline __attribute__((always_inline)) __m512 load_kv16(const char *p, const int KV) {
+    if (KV == F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_ps((const float *)p);
+}
+
+/* attention of one KV head's G query rows (G <= 4) over len cached rows of head_dim 64: each
+ * K and V row is loaded once for all G queries (K rows 16 at a time, their dot products
+ * summed together by sum16), the V accumulators stay in registers. The caches hold KV
+ * (float32 or float16: a decode step at 64 streams reads more cache than weights, and
+ * float16 halves it). The V rows are fetched while the scores compute. */
+static inline __attribute__((always_inline)) void attend_64(
+    const float *q, int G, const char *k_cache, const char *v_cache, const int64_t *rows,
+    int64_t len, int64_t KVH, int64_t kh, float scale, float *scores, float *out,
+    const int KV) {
+    const int64_t rb = 64 * (KV == F16 ? 2 : 4); /* bytes of a head's row */
+    __m512 acc[4][4], top[4];
     for (int g = 0; g < G; g++) {
-        float *sc = scores + g * len, m = top[g], s = 0.0f;
-        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - m);
-        for (int64_t t = 0; t < len; t++) s += sc[t];
-        sum[g] = s;
+        top[g] = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < 4; j++) acc[g][j] = _mm512_setzero_ps();
+    }
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int64_t t0 = 0; t0 < len; t0 += 16) {
+        int n = len - t0 < 16 ? (int)(len - t0) : 16;
+        __mmask16 live = (__mmask16)((1u << n) - 1);
+        const char *kr[16];
+        for (int i = 0; i < 16; i++) kr[i] = k_cache + (rows[t0 + (i < n ? i : 0)] * KVH + kh) * rb;
+        for (int i = 0; i < n; i++) { /* the V rows, needed after the softmax: fetched now */
+            const char *v = v_cache + (rows[t0 + i] * KVH + kh) * rb;
+            for (int l = 0; l < rb; l += 64) _mm_prefetch(v + l, _MM_HINT_T1);
+        }
+        for (int64_t t = t0 + 16; t < t0 + 32 && t < len; t++) { /* the next K rows */
+            const char *k = k_cache + (rows[t] * KVH + kh) * rb;
+            for (int l = 0; l < rb; l += 64) _mm_prefetch(k + l, _MM_HINT_T0);
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + g * 64;
+            __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
+            __m512 q2 = _mm512_loadu_ps(qg + 32), q3 = _mm512_loadu_ps(qg + 48);
+            __m512 d[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const char *k = kr[i];
+                const int64_t e = rb / 4; /* 16 values */
+                __m512 x = _mm512_mul_ps(q0, load_kv16(k, KV));
+                x = _mm512_fmadd_ps(q1, load_kv16(k + e, KV), x);
+                x = _mm512_fmadd_ps(q2, load_kv16(k + 2 * e, KV), x);
+                d[i] = _mm512_fmadd_ps(q3, load_kv16(k + 3 * e, KV), x);
+            }
+            __m512 sc = _mm512_mul_ps(sum16(d), sv);
+            _mm512_mask_storeu_ps(scores + g * len + t0, live, sc);
+            top[g] = _mm512_mask_max_ps(top[g], live, top[g], sc);
+        }
+    }
+    float sum[4];
+    for (int g = 0; g < G; g++) {
+        float *sc = scores + g * len;
+        __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(top[g])), s = _mm512_setzero_ps();
+        for (int64_t t = 0; t < len; t += 16) {
+            __mmask16 live = len - t < 16 ? (__mmask16)((1u << (len - t)) - 1) : 0xffff;
+            __m512 e = fast_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + t), m));
+            _mm512_mask_storeu_ps(sc + t, live, e);
+            s = _mm512_add_ps(s, _mm512_maskz_mov_ps(live, e));
+        }
+        sum[g] = _mm512_reduce_add_ps(s);
     }
     for (int64_t t = 0; t < len; t++) {
-        const float *v = v_cache + (rows[t] * KVH + kh) * 64;
-        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
-        __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+        const char *v = v_cache + (rows[t] * KVH + kh) * rb;
+        const int64_t e = rb / 4;
+        __m512 v0 = load_kv16(v, KV), v1 = load_kv16(v + e, KV);
+        __m512 v2 = load_kv16(v + 2 * e, KV), v3 = load_kv16(v + 3 * e, KV);
         for (int g = 0; g < G; g++) {
             __m512 p = _mm512_set1_ps(scores[g * len + t]);
             acc[g][0] = _mm512_fmadd_ps(p, v0, acc[g][0]);
@@ -182,13 +268,15 @@ static inline void attend_64(const float *q, int G, const float *k_cache, const 
 }
 #endif
 
-/* the same for any G and head_dim, in plain C */
-static void attend(const float *q, int64_t G, int64_t D, const float *k_cache,
-                   const float *v_cache, const int64_t *rows, int64_t len, int64_t KVH,
-                   int64_t kh, float scale, float *scores, float *out) {
+/* the same for any G and head_dim, in plain C; row: D floats of scratch (a cached row as
+ * float32) */
+static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
+                   const char *v_cache, int kv_dtype, const int64_t *rows, int64_t len,
+                   int64_t KVH, int64_t kh, float scale, float *scores, float *out, float *row) {
+    size_t rb = (size_t)D * elem_size(kv_dtype);
     for (int64_t t = 0; t < len; t++) {
-        const float *k = k_cache + (rows[t] * KVH + kh) * D;
-        for (int64_t g = 0; g < G; g++) scores[g * len + t] = dot(q + g * D, k, D) * scale;
+        load_row(k_cache + (rows[t] * KVH + kh) * rb, kv_dtype, D, row);
+        for (int64_t g = 0; g < G; g++) scores[g * len + t] = dot(q + g * D, row, D) * scale;
     }
     memset(out, 0, (size_t)(G * D) * 4);
     for (int64_t g = 0; g < G; g++) {
@@ -200,22 +288,25 @@ static void attend(const float *q, int64_t G, int64_t D, const float *k_cache,
         for (int64_t t = 0; t < len; t++) sc[t] *= inv;
     }
     for (int64_t t = 0; t < len; t++) {
-        const float *v = v_cache + (rows[t] * KVH + kh) * D;
+        load_row(v_cache + (rows[t] * KVH + kh) * rb, kv_dtype, D, row);
         for (int64_t g = 0; g < G; g++) {
             float p = scores[g * len + t], *a = out + g * D;
-            for (int64_t d = 0; d < D; d++) a[d] += p * v[d];
+            for (int64_t d = 0; d < D; d++) a[d] += p * row[d];
         }
     }
 }
 
 /* Causal attention of each sequence's query rows against its paged cache, read in place.
- * q: [T, H, D] float32; caches float32 [num_blocks * B, KVH, D]; block_tables: [S, stride]
+ * q: [T, H, D] float32; caches [num_blocks * B, KVH, D] in kv_dtype (F32 or F16);
+ * block_tables: [S, stride]
  * int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
  * int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last positions (NULL: one row each,
  * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH).
  * One task per sequence and KV head, over up to `threads` threads of the pool. */
 typedef struct {
-    const float *q, *k_cache, *v_cache;
+    const float *q;
+    const char *k_cache, *v_cache;
+    int kv_dtype;
     const int32_t *block_tables, *seq_lens, *query_start_loc;
     int64_t stride, H, KVH, D, B;
     float scale;
@@ -231,20 +322,23 @@ static void attn_task(void *arg, int64_t task) {
     int64_t q_len = j->query_start_loc ? j->query_start_loc[s + 1] - first : 1;
     float *scores = (float *)malloc((size_t)(G * seq_len) * 4);
     int64_t *rows = (int64_t *)malloc((size_t)seq_len * 8);
-    float *acc = (float *)malloc((size_t)(G * D) * 4);
+    float *acc = (float *)malloc((size_t)(G * D + D) * 4), *row_buf = acc + G * D;
     const int32_t *table = j->block_tables + s * j->stride;
     for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
     for (int64_t i = 0; i < q_len; i++) {
         int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
         const float *qh = j->q + (row * H + kh * G) * D;
 #ifdef __AVX512F__
-        if (D == 64 && G <= 4)
+        if (D == 64 && G <= 4 && j->kv_dtype == F16)
             attend_64(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale,
-                      scores, acc);
+                      scores, acc, F16);
+        else if (D == 64 && G <= 4)
+            attend_64(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale,
+                      scores, acc, F32);
         else
 #endif
-            attend(qh, G, D, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale, scores,
-                   acc);
+            attend(qh, G, D, j->k_cache, j->v_cache, j->kv_dtype, rows, len, j->KVH, kh,
+                   j->scale, scores, acc, row_buf);
         size_t at = (size_t)((row * H + kh * G) * D) * elem_size(j->out_dtype);
         store_row(acc, G * D, j->out + at, j->out_dtype);
     }
@@ -253,13 +347,14 @@ static void attn_task(void *arg, int64_t task) {
     free(scores);
 }
 
-void laser_paged_attention(const float *q, const float *k_cache, const float *v_cache,
-                           const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
-                           const int32_t *query_start_loc, int64_t S, int64_t H, int64_t KVH,
-                           int64_t D, int64_t B, float scale, void *out, int out_dtype,
-                           int threads) {
-    attn_job j = {q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, stride, H, KVH,
-                  D, B, scale, (char *)out, out_dtype};
+void laser_paged_attention(const float *q, const void *k_cache, const void *v_cache,
+                           int kv_dtype, const int32_t *block_tables, int64_t stride,
+                           const int32_t *seq_lens, const int32_t *query_start_loc, int64_t S,
+                           int64_t H, int64_t KVH, int64_t D, int64_t B, float scale,
+                           void *out, int out_dtype, int threads) {
+    attn_job j = {q, (const char *)k_cache, (const char *)v_cache, kv_dtype, block_tables,
+                  seq_lens, query_start_loc, stride, H, KVH, D, B, scale, (char *)out,
+                  out_dtype};
     laser_pool_run(attn_task, &j, S * KVH, threads);
 }
 
@@ -465,8 +560,8 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
                          const float *input_norm, const float *post_norm, float eps,
                          const void *const *w, const int32_t *fmts, int act,
                          int64_t T, int64_t hidden, int64_t H, int64_t KVH, int64_t D, int64_t I,
-                         const int64_t *positions, const float *cos_sin, float *k_cache,
-                         float *v_cache, const int64_t *slots, int64_t B,
+                         const int64_t *positions, const float *cos_sin, void *k_cache,
+                         void *v_cache, int kv_dtype, const int64_t *slots, int64_t B,
                          const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
                          const int32_t *query_start_loc, int64_t S, float scale, void *out,
                          int threads) {
@@ -480,9 +575,10 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
     laser_add_rms_norm(x, x_dtype, first ? NULL : residual, input_norm, eps, T, hidden, normed,
                        act);
     layer_matmul(w[0], fmts[0], normed, act, T, hidden, n_qkv, wide, threads);
-    laser_rope_write_kv(wide, act, T, H, KVH, D, positions, cos_sin, q, k_cache, v_cache, slots);
-    laser_paged_attention(q, k_cache, v_cache, block_tables, stride, seq_lens, query_start_loc,
-                          S, H, KVH, D, B, scale, attn, act, threads);
+    laser_rope_write_kv(wide, act, T, H, KVH, D, positions, cos_sin, q, k_cache, v_cache,
+                        kv_dtype, slots);
+    laser_paged_attention(q, k_cache, v_cache, kv_dtype, block_tables, stride, seq_lens,
+                          query_start_loc, S, H, KVH, D, B, scale, attn, act, threads);
     layer_matmul(w[1], fmts[1], attn, act, T, H * D, hidden, proj, threads);
     laser_add_rms_norm(proj, act, residual, post_norm, eps, T, hidden, normed, act);
     layer_matmul(w[2], fmts[2], normed, act, T, hidden, 2 * I, wide, threads);
@@ -511,7 +607,7 @@ int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x,
                         float *residual, int first, const void *const *layers,
                         const int32_t *fmts, float eps, int act, int64_t T, int64_t hidden,
                         int64_t H, int64_t KVH, int64_t D, int64_t I, const int64_t *positions,
-                        const float *cos_sin, const int64_t *slots, int64_t B,
+                        const float *cos_sin, int kv_dtype, const int64_t *slots, int64_t B,
                         const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
                         const int32_t *query_start_loc, int64_t S, float scale, void *out,
                         int threads) {
@@ -521,8 +617,8 @@ int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x,
         const void *const *l = layers + 8 * i;
         laser_decoder_layer(i ? out : x, i ? act : x_dtype, residual, first && !i,
                             (const float *)l[4], (const float *)l[5], eps, l, fmts + 4 * i, act,
-                            T, hidden, H, KVH, D, I, positions, cos_sin, (float *)l[6],
-                            (float *)l[7], slots, B, block_tables, stride, seq_lens,
+                            T, hidden, H, KVH, D, I, positions, cos_sin, (void *)l[6],
+                            (void *)l[7], kv_dtype, slots, B, block_tables, stride, seq_lens,
                             query_start_loc, S, scale, out, threads);
     }
     return i;

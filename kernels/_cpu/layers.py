@@ -7,7 +7,7 @@ import ctypes
 
 import torch
 
-from . import _ACTS, DTYPES, _check, _check_all, _gemm_threads, library
+from . import _ACTS, DTYPES, _check, _check_all, _check_kv, _gemm_threads, library
 
 
 class LayerWeights:
@@ -57,7 +57,8 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
     from step to step are checked here, the step's metadata once a step (``_step_args``)."""
     act = weights.act
     _check(x, "x", *_ACTS)
-    _check_all(torch.float32, residual=residual, k_cache=kv_cache[0], v_cache=kv_cache[1])
+    _check(residual, "residual", torch.float32)
+    kv_dtype = _check_kv(*kv_cache)
     _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
     num_tokens, hidden = x.shape
     num_heads, num_kv_heads, head_dim = heads
@@ -67,7 +68,8 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
         x.data_ptr(), DTYPES[x.dtype], residual.data_ptr(), int(first), norms[0].data_ptr(),
         norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
         hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
-        k_cache.data_ptr(), v_cache.data_ptr(), slots, k_cache.shape[1], tables, stride, lens,
+        k_cache.data_ptr(), v_cache.data_ptr(), kv_dtype, slots, k_cache.shape[1], tables,
+        stride, lens,
         qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out
 
@@ -80,16 +82,18 @@ class StackWeights:
     takes them (one pointer table for the whole model), prepared once per packing and cache.
     All layers share one activation dtype and intermediate size."""
 
-    __slots__ = ("keep", "act", "pointers", "formats", "intermediate", "num_layers")
+    __slots__ = ("keep", "act", "pointers", "formats", "intermediate", "num_layers", "kv_dtype")
 
     def __init__(self, weights: list[LayerWeights],
                  norms: list[tuple[torch.Tensor, torch.Tensor]],
                  caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         if len({(w.act, w.intermediate) for w in weights}) != 1:
             raise ValueError("layers differ in activation dtype or intermediate size")
+        if len({c[0].dtype for c in caches}) != 1:
+            raise ValueError("layers' caches differ in dtype")
         for n, c in zip(norms, caches, strict=True):
-            _check_all(torch.float32, input_norm=n[0], post_norm=n[1], k_cache=c[0],
-                       v_cache=c[1])
+            _check_all(torch.float32, input_norm=n[0], post_norm=n[1])
+            self.kv_dtype = _check_kv(*c)
         self.keep = (weights, norms, caches)
         self.act, self.intermediate = weights[0].act, weights[0].intermediate
         self.num_layers = len(weights)
@@ -129,5 +133,6 @@ def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: S
     return library().laser_decoder_stack(
         stack.num_layers - start, min_layers, callback, x.data_ptr(), DTYPES[x.dtype],
         residual.data_ptr(), int(first), layers, formats, eps, DTYPES[act], num_tokens, hidden,
-        num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, slots, block_size,
-        tables, stride, lens, qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
+        num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, stack.kv_dtype, slots,
+        block_size, tables, stride, lens, qsl, num_seqs, scale, out.data_ptr(),
+        _gemm_threads(num_tokens))

@@ -59,7 +59,8 @@ LASER_DEVICE: str = env("LASER_DEVICE", "auto", choices=("auto", "cpu", "cuda"))
 # Weights and activations; unset: float32 on CPU (bfloat16 changes SmolLM2's greedy answers,
 # docs/benchmarks.md), bfloat16 on CUDA.
 LASER_DTYPE: str | None = env("LASER_DTYPE", None, choices=DTYPES)
-# The paged KV cache; unset: float32 on CPU (its attention computes in float32), else LASER_DTYPE.
+# The paged KV cache; unset: on CPU float16 beside the approximate LASER_MATMUL_DTYPEs (auto, quant,
+# q8, bfloat16) and float32 beside the exact one (float32), else LASER_DTYPE (docs/engine.md).
 LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTYPES)
 # CPU projections: "auto" keeps the GGUF's quantized blocks (int8 activations on VNNI/AVX2) and
 # bfloat16 packs, and runs each step on the side this machine's own step times show faster at
@@ -69,8 +70,9 @@ LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPE
 # auto: a fixed crossover instead of the learned one, the widest step (in tokens) run on the
 # quantized blocks (unset: learned).
 LASER_QUANT_MAX_ROWS: int | None = env("LASER_QUANT_MAX_ROWS", None, count)
-# KV memory: 64 streams of ~600 tokens fit (SmolLM2's float32 KV is 30 layers x 2 x 3 heads x
-# 64 x 4 B = 45 KiB a token: 2 GiB hold ~46,600 tokens), allocated and zeroed at start.
+# KV memory: 64 streams of ~600 tokens fit twice over (SmolLM2's float16 KV is 30 layers x 2 x 3
+# heads x 64 x 2 B = 22.5 KiB a token: 2 GiB hold ~93,000 tokens, ~46,600 in float32), allocated
+# and zeroed at start.
 LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)
 LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, count)
 # Sequences one step may run: one key can hold 64 streams with room for a second tenant.

@@ -83,6 +83,50 @@ def test_decode_attention_matches_a_naive_softmax(shape, out_dtype) -> None:
     assert rel_err(out, ref) < (1e-6 if out_dtype == torch.float32 else 5e-3)
 
 
+# the float16 cache (the default beside the approximate matmuls): the same attention over the
+# cached values, read as float32
+@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 1, 32)])
+@pytest.mark.parametrize("chunks", [False, True])
+def test_attention_over_a_float16_cache_is_the_attention_over_its_values(shape, chunks) -> None:
+    from kernels.prefill_attention import paged_prefill_attention_reference
+
+    heads, kv_heads, dim = shape
+    seq_lens, q_lens = [1, 16, 17, 90, 33], [1, 5, 1, 20, 33]
+    k_cache, v_cache, tables = make_paged(seq_lens, 16, kv_heads, dim)
+    k16, v16 = k_cache.half(), v_cache.half()
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    if chunks:
+        q = torch.randn(sum(q_lens), heads, dim)
+        qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+        out = _cpu.paged_attention(q, k16, v16, tables, lens, dim ** -0.5, torch.float32, qsl)
+        ref = paged_prefill_attention_reference(q, k16.float(), v16.float(), tables, qsl, lens,
+                                                dim ** -0.5)
+        # the reference's own path for a float16 cache under float32 queries
+        mixed = paged_prefill_attention_reference(q, k16, v16, tables, qsl, lens, dim ** -0.5)
+        assert rel_err(mixed, ref) < 1e-6
+    else:
+        q = torch.randn(len(seq_lens), heads, dim)
+        out = _cpu.paged_attention(q, k16, v16, tables, lens, dim ** -0.5, torch.float32)
+        ref = naive_decode(q, k16.float(), v16.float(), tables, seq_lens, dim ** -0.5)
+    assert rel_err(out, ref) < 1e-6
+    with pytest.raises(ValueError, match="v_cache"):
+        _cpu.paged_attention(q, k16, v_cache, tables, lens, 1.0, torch.float32)
+
+
+def test_rope_write_kv_into_a_float16_cache_rounds_what_it_writes() -> None:
+    heads, kv_heads, dim, tokens = 9, 3, 64, 5
+    cos_sin = build_cos_sin_cache(dim, 512, 10000.0)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim) * 4
+    positions, slots = torch.tensor([0, 5, 17, 300, 2]), torch.tensor([3, 0, -1, 7, 60])
+    wide = [torch.zeros(4, 16, kv_heads, dim) for _ in range(2)]
+    narrow = [torch.zeros(4, 16, kv_heads, dim, dtype=torch.float16) for _ in range(2)]
+    q32 = _cpu.rope_write_kv(qkv, positions, cos_sin, *wide, slots, heads)
+    q16 = _cpu.rope_write_kv(qkv, positions, cos_sin, *narrow, slots, heads)
+    torch.testing.assert_close(q16, q32, rtol=0, atol=0)
+    for a, b in zip(narrow, wide):
+        torch.testing.assert_close(a, b.half(), rtol=0, atol=0)  # round to nearest even
+
+
 @pytest.mark.parametrize("shape", [(9, 3, 64), (4, 4, 48)])
 def test_paged_attention_of_mixed_chunks_matches_the_prefill_reference(shape) -> None:
     """Decode rows and prompt chunks in one step: each chunk row attends causally (up to its

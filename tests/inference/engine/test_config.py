@@ -16,6 +16,16 @@ def test_defaults_are_exact_float32_on_cpu():
         torch.float32, torch.float32, None)
 
 
+def test_the_kv_cache_is_float16_on_cpu_only_beside_approximate_matmuls():
+    for matmul in (None, "float32"):
+        assert EngineConfig(matmul_dtype=matmul).torch_kv_dtype == torch.float32
+    for matmul in ("auto", "quant", "q8", "bfloat16"):
+        assert EngineConfig(matmul_dtype=matmul).torch_kv_dtype == torch.float16
+    assert EngineConfig(matmul_dtype="auto", kv_cache_dtype="float32").torch_kv_dtype == \
+        torch.float32
+    assert EngineConfig(device="cuda", matmul_dtype="auto").torch_kv_dtype == torch.bfloat16
+
+
 def test_the_environment_is_not_read(monkeypatch):
     monkeypatch.setenv("LASER_MATMUL_DTYPE", "bfloat16")
     monkeypatch.setenv("LASER_MAX_NUM_SEQS", "3")
