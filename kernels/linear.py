@@ -32,7 +32,8 @@ from kernels import _cpu
 from kernels._cpu import quant
 from kernels.dispatch import backend, use_native
 
-QUANT = "quant"  # the matmul mode on the GGUF's quantized blocks, two-part activations
+QUANT = "quant"  # the matmul mode on the GGUF's quantized blocks, two-part activations (one in
+# the decode steps' gate-up projection: kernels.packing.QUANT_DECODE_SPLIT)
 Q8 = "q8"  # the same with one int8 part in decode steps (llama.cpp's arithmetic): faster in
 # large batches, but it changed 4 of bench/cpu_precision.py's 8 answers (docs/engine.md)
 QUANT_MODES = (QUANT, Q8)

@@ -19,10 +19,11 @@ layer runs as one C call, and the whole stack too.
 ``QUANT`` / ``Q8``: every projection and the LM head screen on the quantized matmul, from the
 GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with prompt tokens
 quantise their activations in two parts (``PackedQuant.split_view``), decode steps too with
-``QUANT``: with one part, 4 of bench/cpu_precision.py's 8 answers left float32's, with two none
-did. The head screens every step, prompts included: its ``SCREEN_TOP`` best logits are
-rescored in float32 on the dequantised weights, so the greedy choice is exact there too, and
-no step reads the 113 MB float32 head. Where the quantized matmul does not serve (no C
+``QUANT`` but for the gate-up projection (``QUANT_DECODE_SPLIT``): with one part everywhere, 4
+of bench/cpu_precision.py's 8 answers left float32's, with two none did. The head screens
+every step, prompts included: its ``SCREEN_TOP`` best logits are rescored in float32 on the
+dequantised weights, so the greedy choice is exact there too, and no step reads the 113 MB
+float32 head. Where the quantized matmul does not serve (no C
 compiler, no AVX2, rows not in 32-blocks) the mode falls back to what ``auto`` would pick else.
 """
 
@@ -87,13 +88,23 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
     return Packing(backends, pack_linear_weight(head), screen)
 
 
+# ``QUANT``'s decode steps: which projections (qkv, o, gate_up, down) quantise their
+# activations in two parts. gate_up (half a layer's multiply-adds) takes one: 1.10-1.14x the
+# throughput at 16 and 64 streams, its answers 6 of bench/cpu_precision.py's 8 (all two: 7,
+# one part everywhere as ``Q8``: 5; qkv in one part too: 5) and decode-step perplexity 18.991
+# (all two: 18.957, llama.cpp's 19.098; docs/engine.md).
+QUANT_DECODE_SPLIT = (True, True, False, True)
+
+
 def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
                 split_decode: bool) -> Packing:
     backends = []
     for layer in layers:
         packs = tuple(pack_quant_weight(w, b) for w, b in zip(layer.projections, layer.blocks))
         split = tuple(p.split_view() for p in packs)
-        backends.append(LayerBackend(split if split_decode else packs, split,
-                                     layer.qkv_bias is None, layer.norms, shape))
+        decode = tuple(s if two else p for p, s, two in zip(packs, split, QUANT_DECODE_SPLIT,
+                                                             strict=True)) \
+            if split_decode else packs
+        backends.append(LayerBackend(decode, split, layer.qkv_bias is None, layer.norms, shape))
     return Packing(backends, pack_linear_weight(head), pack_quant_weight(head, head_blocks),
                    quantized=True)

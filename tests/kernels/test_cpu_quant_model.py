@@ -40,24 +40,30 @@ def _run(model, monkeypatch):
 
 def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None:
     """On weights that are Q8_0 values, float32 multiplies exactly what the quantized matmul
-    stores: two-part activations (quant) stay within 1e-3 of it, one part in decode steps (q8)
-    adds its own rounding. (The head's screen is rescored in float32 over the whole tiny
-    vocabulary here: its tail has the one-part rounding in both modes.)"""
-    from kernels import backends
+    stores: two-part activations everywhere stay within 1e-3 of it, one part in every decode
+    matmul (q8) adds its own rounding, and quant (one part in its decode steps' gate-up
+    projection only) lies between. (The head's screen is rescored in float32 over the whole
+    tiny vocabulary here: its tail has the one-part rounding in every mode.)"""
+    from kernels import backends, packing
 
     monkeypatch.setattr(backends, "SCREEN_TOP", 96)
     exact = _run(_model(blocks=True), monkeypatch)
     errs = {}
-    for mode in kernels.QUANT_MODES:
+    for name, mode, split in (("two", kernels.QUANT, (True,) * 4),
+                              ("quant", kernels.QUANT, packing.QUANT_DECODE_SPLIT),
+                              ("q8", kernels.Q8, packing.QUANT_DECODE_SPLIT)):
+        monkeypatch.setattr(packing, "QUANT_DECODE_SPLIT", split)
         model = _model(blocks=True)
         assert model.pack_linears(mode) and model.quantized
         assert {type(layer.backend.decode[3]) for layer in model.layers} == {quant.PackedQuant}
         assert all(p.split for layer in model.layers for p in layer.backend.prompt)
-        assert all(layer.backend.decode[3].split == (mode == kernels.QUANT)
+        want = split if mode == kernels.QUANT else (False,) * 4
+        assert all(tuple(p.split for p in layer.backend.decode) == want
                    for layer in model.layers)
-        errs[mode] = rel_err(_run(model, monkeypatch), exact)
-    assert 0 < errs[kernels.QUANT] <= 1e-3
-    assert 3 * errs[kernels.QUANT] <= errs[kernels.Q8] <= 0.03
+        errs[name] = rel_err(_run(model, monkeypatch), exact)
+    assert 0 < errs["two"] <= 1e-3
+    assert 3 * errs["two"] <= errs["q8"] <= 0.03
+    assert errs["two"] < errs["quant"] < errs["q8"]
 
 
 def test_weights_without_blocks_are_quantised_to_q8_0(monkeypatch) -> None:
