@@ -22,7 +22,7 @@ from inference.scheduler.laser.share import decodes_within, protected
 from inference.scheduler.laser.slack import (
     hot_slack_frac,
     min_hot_slack_frac,
-    warm_gap_s,
+    warm_step_s,
 )
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
@@ -209,7 +209,7 @@ class StepFill(Preemption):
             self.context -= sum(q.num_computed_tokens for _, q in decodes) - sum(
                 q.num_computed_tokens for _, q in kept)
             decodes = kept
-        warm = [safety * warm_gap_s(q.targets) for k, q in decodes if k[0] == 2
+        warm = [warm_step_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a step that may pause (none of hot's streams decodes in it): short enough layers

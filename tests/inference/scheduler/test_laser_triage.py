@@ -236,9 +236,9 @@ def test_only_one_hot_prompt_gets_the_minimum_chunk_past_the_tbt_cap():
     assert [(s.seq_id, s.num_tokens) for s in prefill] == [("p-0", 32)]
 
 
-@pytest.mark.parametrize(("over", "chunk"), [(True, 127), (False, 63)])
+@pytest.mark.parametrize(("over", "chunk"), [(True, 127), (False, 79)])
 def test_hot_prefill_is_not_held_to_the_warm_floor(over, chunk):
-    # The warm floor's gap (1 / (0.95 x 20) s, x 0.8 = 42 ms) fits 64 tokens at 0.5 ms.
+    # The warm floor's step (1 / 20 s = 50 ms) fits 80 tokens at 10 ms + 0.5 ms each.
     policy = knobs(OFF, warm_floor_enabled=True, hot_over_warm_floor=over)
     sched = laser(policy, cost=LinearCost(0.01, 0.0005), max_num_batched_tokens=128,
                   long_prefill_chunk=128)
