@@ -42,13 +42,18 @@ class SideChooser:
     units the quantized blocks won at 1-64 rows, 1.6x at 16 and 64, as whole engine steps),
     so no fixed crossover suits every machine.
 
-    Steps are grouped by width (each count up to 8 tokens, then four groups per doubling) and
-    each side's time per token in a group is a moving average. A new group takes the verdict
-    of the nearest group that has one when that one is clear (one side ``clear`` times
-    faster), else it tries each side once. The faster side runs; now and then a step runs the
-    other side again, so that a change of load is followed: first after ``explore_every``
-    steps of the group, then twice as many after each such step that was slower again (up to
-    ``explore_max``), and ``explore_every`` again after one that was faster. A step on the
+    Steps are grouped by kind (decode only, or with prompt tokens: these run other packs, the
+    two-part ones, and the sides' order differs: on an AMD EPYC a 66-token step with a prompt
+    chunk took 167 ms on the bfloat16 packs, where decode steps of that width ran faster
+    there than on the quantized blocks, and that one try of the other side held two hot
+    streams' tokens past their TBT target) and by width (each count up to 8 tokens, then
+    four groups per doubling); each side's time per token in a group is a moving average. A
+    new group takes the verdict of the nearest group of its kind that has one when that one
+    is clear (one side ``clear`` times faster), else it tries each side once. The faster
+    side runs; now and then a step runs the other side again, so that a change of load is
+    followed: first after ``explore_every`` steps of the group, then twice as many after
+    each such step that was slower again (up to ``explore_max``), and ``explore_every``
+    again after one that was faster. A step on the
     slower side is a slow step for every stream in it, so the schedule backs off where the
     verdict is steady. A try of the other side replaces that side's time (blending it into
     a time many steps old kept a slow first try, one that paid a warm-up, for dozens of tries:
@@ -60,7 +65,7 @@ class SideChooser:
                  clear: float = 1.2) -> None:
         self.explore_every, self.explore_max = explore_every, explore_max
         self.weight, self.clear = weight, clear
-        self._groups: dict[int, _Group] = {}
+        self._groups: dict[tuple[bool, int], _Group] = {}
 
     @staticmethod
     def group(n: int) -> int:
@@ -71,8 +76,8 @@ class SideChooser:
         bits = n.bit_length()
         return 4 * bits - 8 + (n >> (bits - 3))
 
-    def choose(self, n: int) -> int:
-        k = self.group(n)
+    def choose(self, n: int, prompt: bool = False) -> int:
+        k = (prompt, self.group(n))
         g = self._groups.get(k)
         if g is None:
             g = self._groups[k] = self._new_group(self._prior(k))
@@ -86,8 +91,8 @@ class SideChooser:
         g.left = g.interval - 1
         return 1 - faster
 
-    def observe(self, n: int, side: int, seconds: float) -> None:
-        k = self.group(n)
+    def observe(self, n: int, side: int, seconds: float, prompt: bool = False) -> None:
+        k = (prompt, self.group(n))
         g = self._groups.get(k)
         if g is None:
             g = self._groups[k] = self._new_group([None, None])
@@ -102,9 +107,9 @@ class SideChooser:
             old = None
         times[side] = per_token if old is None else old + self.weight * (per_token - old)
 
-    def faster(self, n: int) -> int | None:
+    def faster(self, n: int, prompt: bool = False) -> int | None:
         """The side that is faster at ``n`` tokens so far; None before both were timed."""
-        g = self._groups.get(self.group(n))
+        g = self._groups.get((prompt, self.group(n)))
         if g is None or None in g.per_token:
             return None
         return _winner(g.per_token)
@@ -112,9 +117,11 @@ class SideChooser:
     def _new_group(self, per_token: list[float | None]) -> _Group:
         return _Group(per_token, self.explore_every, self.explore_every - 1)
 
-    def _prior(self, k: int) -> list[float | None]:
-        """A new group's times: the nearest timed group's where its verdict is clear."""
-        known = [(abs(o - k), o) for o, g in self._groups.items() if None not in g.per_token]
+    def _prior(self, k: tuple[bool, int]) -> list[float | None]:
+        """A new group's times: the nearest timed group's of its kind where its verdict is
+        clear."""
+        known = [(abs(o[1] - k[1]), o) for o, g in self._groups.items()
+                 if o[0] == k[0] and None not in g.per_token]
         if not known:
             return [None, None]
         times = self._groups[min(known)[1]].per_token
@@ -230,7 +237,8 @@ class ModelRunner:
             return
         if batch.side is None:
             n = batch.num_tokens
-            batch.side = (self.sides.choose(n) if self.sides is not None
+            batch.side = (self.sides.choose(n, not batch.meta.is_decode_only)
+                          if self.sides is not None
                           else int(n > self.quant_max_rows))
         want = batch.side
         if want != self._packs_in_use:
@@ -310,7 +318,8 @@ class ModelRunner:
         """A whole step over ``batch`` took ``seconds`` (its forward, not paused): under
         ``AUTO`` the side chooser learns from it (none learns a pinned crossover)."""
         if batch.side is not None and self.sides is not None:
-            self.sides.observe(batch.num_tokens, batch.side, seconds)
+            self.sides.observe(batch.num_tokens, batch.side, seconds,
+                               not batch.meta.is_decode_only)
 
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)

@@ -74,3 +74,17 @@ def test_a_slow_first_try_is_replaced_by_the_next_try_of_that_side():
     assert sides[:2] == [QUANT_SIDE, BF16_SIDE]
     assert chooser.faster(64) == BF16_SIDE  # after its first second look, not dozens later
     assert sides[-8:].count(BF16_SIDE) >= 7
+
+
+def test_steps_with_prompt_tokens_learn_apart_from_decode_steps_of_the_same_width():
+    chooser = SideChooser(explore_every=1000)
+    decode = {QUANT_SIDE: 0.06, BF16_SIDE: 0.04}  # the bfloat16 packs win decode steps
+    prompt = {QUANT_SIDE: 0.06, BF16_SIDE: 0.16}  # their two-part prompt steps lose
+    for _ in range(6):
+        for is_prompt, times in ((False, decode), (True, prompt)):
+            side = chooser.choose(66, is_prompt)
+            chooser.observe(66, side, times[side], is_prompt)
+    assert chooser.faster(66) == BF16_SIDE
+    assert chooser.faster(66, prompt=True) == QUANT_SIDE
+    # a new width takes the verdict of the nearest group of its own kind
+    assert chooser.choose(90, True) == QUANT_SIDE and chooser.choose(90) == BF16_SIDE
