@@ -102,10 +102,10 @@ def test_bf16_matmuls_keep_the_answer(native_gemm):
                     reason="no vector path for the quantized matmul here")
 @pytest.mark.parametrize("mode", ["quant", "q8"])
 def test_the_quantized_matmul_keeps_the_answer(mode):
-    """The GGUF's Q4_1/Q8_0 blocks times int8-quantised activations: with two parts in every
-    step (quant, what ``auto`` serves) the France and haiku answers equal float32's; with one
-    part in decode steps (q8, llama.cpp's arithmetic) the France answer holds and the haiku
-    parts from float32's at a near-tie (bench/cpu_precision.py reports the margins)."""
+    """The GGUF's Q4_1/Q8_0 blocks times int8-quantised activations (quant: two parts, but
+    one in decode steps' gate-up projection; q8: one part in every decode matmul, llama.cpp's
+    arithmetic): the France answer equals float32's in both; the haiku parts from float32's
+    at a near-tie in both (bench/cpu_precision.py reports the margins: 0.068 for quant)."""
     exact, quantized = load_model(), load_model()
     exact.model.pack_linears()
     assert quantized.model.pack_linears(mode) and quantized.model.quantized
@@ -114,6 +114,6 @@ def test_the_quantized_matmul_keeps_the_answer(mode):
         ids = exact.encode_chat([{"role": "user", "content": prompt}])
         answers = [greedy(x.model, ids, 24, x.stop_token_ids) for x in (exact, quantized)]
         texts.append([exact.tokenizer.decode(a) for a in answers])
-        if mode == "quant" or prompt.startswith("What"):
+        if prompt.startswith("What"):
             assert answers[0] == answers[1], texts[-1]
     assert "Paris" in texts[0][1]
