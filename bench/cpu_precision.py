@@ -52,8 +52,9 @@ COMPARED = MODES[1:]
 
 
 def kv_dtype(mode: str) -> torch.dtype:
-    """The KV cache the engine keeps beside ``mode``'s matmuls."""
-    matmul = {"mixed": "bfloat16", "quant": "quant"}.get(mode)
+    """The KV cache the engine keeps beside ``mode``'s matmuls (``float32``, ``mixed``,
+    ``quant``, ``q8``, ``bfloat16``: bfloat16 weights, their own matmuls)."""
+    matmul = {"mixed": "bfloat16", "bfloat16": None}.get(mode, mode)
     return EngineConfig(dtype="bfloat16" if mode == "bfloat16" else None,
                         matmul_dtype=matmul).torch_kv_dtype
 

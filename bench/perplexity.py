@@ -37,7 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.engine.config import EngineConfig  # noqa: E402
+from cpu_precision import kv_dtype  # noqa: E402
+
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
 from kernels import _cpu  # noqa: E402
@@ -139,8 +140,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         loaded = load(mode, args.threads)
         parts = chunks(loaded, text, args.ctx)
-        # the KV cache the engine keeps beside the mode's matmuls (float16 but for float32)
-        cache = EngineConfig(matmul_dtype={"mixed": "bfloat16"}.get(mode, mode)).torch_kv_dtype
+        cache = kv_dtype(mode)
         row = {"chunks": len(parts), "kv_cache": str(cache).removeprefix("torch."),
                "prefill": perplexity(loaded.model, parts, False, cache)}
         if args.decode:

@@ -53,13 +53,12 @@ class SideChooser:
     side runs; now and then a step runs the other side again, so that a change of load is
     followed: first after ``explore_every`` steps of the group, then twice as many after
     each such step that was slower again (up to ``explore_max``), and ``explore_every``
-    again after one that was faster. A step on the
-    slower side is a slow step for every stream in it, so the schedule backs off where the
-    verdict is steady. A try of the other side replaces that side's time (blending it into
-    a time many steps old kept a slow first try, one that paid a warm-up, for dozens of tries:
-    on an AMD EPYC 64-row steps stayed on the quantized blocks at 85 ms where the bfloat16
-    packs took 62-76). Only whole forwards teach it (``observe``: a forward split around
-    other steps is not timed whole)."""
+    again after one that was faster. A step on the slower side is a slow step for every
+    stream in it, so the schedule backs off where the verdict is steady. A try of the other
+    side replaces that side's time (blending it into a time many steps old kept a slow first
+    try, one that paid a warm-up, for dozens of tries: on an AMD EPYC 64-row steps stayed on
+    the quantized blocks at 85 ms where the bfloat16 packs took 62-76). Only whole forwards
+    teach it (``observe``: a forward split around other steps is not timed whole)."""
 
     def __init__(self, explore_every: int = 64, explore_max: int = 4096, weight: float = 0.25,
                  clear: float = 1.2) -> None:

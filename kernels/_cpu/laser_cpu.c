@@ -161,27 +161,6 @@ static inline __m512 sum16(const __m512 d[16]) {
                          _mm512_shuffle_f32x4(w[0], w[1], 0xdd));
 }
 
-/* fast_exp on 16 lanes (the same steps, so the same values) */
-static inline __m512 fast_exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                           magic), magic);
-    __m512 r = _mm512_add_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
-                             _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
-                      _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)),
-                                  23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
 /* 16 cached values as float32 (KV: F32 or F16, a constant in each expansion) */
 static inline __attribute__((always_inline)) __m512 load_kv16(const char *p, const int KV) {
     if (KV == F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
@@ -238,15 +217,10 @@ static inline __attribute__((always_inline)) void attend_64(
     }
     float sum[4];
     for (int g = 0; g < G; g++) {
-        float *sc = scores + g * len;
-        __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(top[g])), s = _mm512_setzero_ps();
-        for (int64_t t = 0; t < len; t += 16) {
-            __mmask16 live = len - t < 16 ? (__mmask16)((1u << (len - t)) - 1) : 0xffff;
-            __m512 e = fast_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + t), m));
-            _mm512_mask_storeu_ps(sc + t, live, e);
-            s = _mm512_add_ps(s, _mm512_maskz_mov_ps(live, e));
-        }
-        sum[g] = _mm512_reduce_add_ps(s);
+        float *sc = scores + g * len, m = _mm512_reduce_max_ps(top[g]), s = 0.0f;
+        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - m); /* vectorised */
+        for (int64_t t = 0; t < len; t++) s += sc[t];
+        sum[g] = s;
     }
     for (int64_t t = 0; t < len; t++) {
         const char *v = v_cache + (rows[t] * KVH + kh) * rb;
@@ -268,15 +242,23 @@ static inline __attribute__((always_inline)) void attend_64(
 }
 #endif
 
-/* the same for any G and head_dim, in plain C; row: D floats of scratch (a cached row as
- * float32) */
+/* cached row `at` as float32: in place in a float32 cache, else widened into `scratch` */
+static inline const float *kv_row(const char *cache, int64_t at, int kv_dtype, int64_t D,
+                                  float *scratch) {
+    const char *src = cache + (size_t)(at * D) * elem_size(kv_dtype);
+    if (kv_dtype == F32) return (const float *)src;
+    load_row(src, kv_dtype, D, scratch);
+    return scratch;
+}
+
+/* the same for any G and head_dim, in plain C; scratch: D floats */
 static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
                    const char *v_cache, int kv_dtype, const int64_t *rows, int64_t len,
-                   int64_t KVH, int64_t kh, float scale, float *scores, float *out, float *row) {
-    size_t rb = (size_t)D * elem_size(kv_dtype);
+                   int64_t KVH, int64_t kh, float scale, float *scores, float *out,
+                   float *scratch) {
     for (int64_t t = 0; t < len; t++) {
-        load_row(k_cache + (rows[t] * KVH + kh) * rb, kv_dtype, D, row);
-        for (int64_t g = 0; g < G; g++) scores[g * len + t] = dot(q + g * D, row, D) * scale;
+        const float *k = kv_row(k_cache, rows[t] * KVH + kh, kv_dtype, D, scratch);
+        for (int64_t g = 0; g < G; g++) scores[g * len + t] = dot(q + g * D, k, D) * scale;
     }
     memset(out, 0, (size_t)(G * D) * 4);
     for (int64_t g = 0; g < G; g++) {
@@ -288,18 +270,17 @@ static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
         for (int64_t t = 0; t < len; t++) sc[t] *= inv;
     }
     for (int64_t t = 0; t < len; t++) {
-        load_row(v_cache + (rows[t] * KVH + kh) * rb, kv_dtype, D, row);
+        const float *v = kv_row(v_cache, rows[t] * KVH + kh, kv_dtype, D, scratch);
         for (int64_t g = 0; g < G; g++) {
             float p = scores[g * len + t], *a = out + g * D;
-            for (int64_t d = 0; d < D; d++) a[d] += p * row[d];
+            for (int64_t d = 0; d < D; d++) a[d] += p * v[d];
         }
     }
 }
 
 /* Causal attention of each sequence's query rows against its paged cache, read in place.
  * q: [T, H, D] float32; caches [num_blocks * B, KVH, D] in kv_dtype (F32 or F16);
- * block_tables: [S, stride]
- * int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
+ * block_tables: [S, stride] int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
  * int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last positions (NULL: one row each,
  * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH).
  * One task per sequence and KV head, over up to `threads` threads of the pool. */
@@ -322,7 +303,7 @@ static void attn_task(void *arg, int64_t task) {
     int64_t q_len = j->query_start_loc ? j->query_start_loc[s + 1] - first : 1;
     float *scores = (float *)malloc((size_t)(G * seq_len) * 4);
     int64_t *rows = (int64_t *)malloc((size_t)seq_len * 8);
-    float *acc = (float *)malloc((size_t)(G * D + D) * 4), *row_buf = acc + G * D;
+    float *acc = (float *)malloc((size_t)(G * D + D) * 4), *scratch = acc + G * D;
     const int32_t *table = j->block_tables + s * j->stride;
     for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
     for (int64_t i = 0; i < q_len; i++) {
@@ -338,7 +319,7 @@ static void attn_task(void *arg, int64_t task) {
         else
 #endif
             attend(qh, G, D, j->k_cache, j->v_cache, j->kv_dtype, rows, len, j->KVH, kh,
-                   j->scale, scores, acc, row_buf);
+                   j->scale, scores, acc, scratch);
         size_t at = (size_t)((row * H + kh * G) * D) * elem_size(j->out_dtype);
         store_row(acc, G * D, j->out + at, j->out_dtype);
     }

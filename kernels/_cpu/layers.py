@@ -69,8 +69,7 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
         norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
         hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
         k_cache.data_ptr(), v_cache.data_ptr(), kv_dtype, slots, k_cache.shape[1], tables,
-        stride, lens,
-        qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
+        stride, lens, qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out
 
 
@@ -89,11 +88,12 @@ class StackWeights:
                  caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         if len({(w.act, w.intermediate) for w in weights}) != 1:
             raise ValueError("layers differ in activation dtype or intermediate size")
-        if len({c[0].dtype for c in caches}) != 1:
-            raise ValueError("layers' caches differ in dtype")
-        for n, c in zip(norms, caches, strict=True):
+        for n in norms:
             _check_all(torch.float32, input_norm=n[0], post_norm=n[1])
-            self.kv_dtype = _check_kv(*c)
+        kv_dtypes = {_check_kv(*c) for c in caches}
+        if len(kv_dtypes) != 1:
+            raise ValueError("layers' caches differ in dtype")
+        self.kv_dtype = kv_dtypes.pop()
         self.keep = (weights, norms, caches)
         self.act, self.intermediate = weights[0].act, weights[0].intermediate
         self.num_layers = len(weights)
