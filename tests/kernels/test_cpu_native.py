@@ -68,8 +68,9 @@ def test_rope_write_kv_matches_rotary_and_write_kv(dtype) -> None:
     torch.testing.assert_close(caches[3], caches[1], rtol=0, atol=0, equal_nan=True)
 
 
-# (heads, kv_heads, head_dim): SmolLM2's shape (the AVX-512 path), and the plain C path
-@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 1, 32), (4, 4, 48)])
+# (heads, kv_heads, head_dim): SmolLM2's shape and four queries a KV head (the vector paths,
+# AVX-512 or AVX2), and the plain C path
+@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 2, 64), (8, 1, 32), (4, 4, 48)])
 @pytest.mark.parametrize("out_dtype", [torch.float32, BF16])
 def test_decode_attention_matches_a_naive_softmax(shape, out_dtype) -> None:
     heads, kv_heads, dim = shape
@@ -85,7 +86,7 @@ def test_decode_attention_matches_a_naive_softmax(shape, out_dtype) -> None:
 
 # the float16 cache (the default beside the approximate matmuls): the same attention over the
 # cached values, read as float32
-@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 1, 32)])
+@pytest.mark.parametrize("shape", [(9, 3, 64), (8, 2, 64), (8, 1, 32)])
 @pytest.mark.parametrize("chunks", [False, True])
 def test_attention_over_a_float16_cache_is_the_attention_over_its_values(shape, chunks) -> None:
     from kernels.prefill_attention import paged_prefill_attention_reference
