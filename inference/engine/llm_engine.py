@@ -272,7 +272,8 @@ class LLMEngine:
             if run_s is not None:
                 # the policy's cost model learns this machine's step time from every real
                 # step, the runner which packs are faster at its width
-                self.scheduler.observe_step(plan.num_batched_tokens, run_s)
+                self.scheduler.observe_step(plan.num_batched_tokens, run_s,
+                                            plan.num_prompt_tokens)
                 self.runner.observe(batch, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)

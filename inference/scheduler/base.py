@@ -70,7 +70,7 @@ class Scheduler(ABC):
         adds the paused forward's)."""
         return self.running
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         """The engine reports each measured step; policies that estimate step time learn."""
 
     def reserved_idle_blocks(self) -> int:

@@ -2,8 +2,9 @@
 
 The tier policy reasons about slack (deadline minus expected remaining work), which needs a
 model of step time. Two implementations share one protocol: the simulator hands its calibrated
-cost model in, and the real engine uses ``EwmaCostEstimator``, which learns a line
-``seconds = base + per_token * tokens`` online from measured steps (``observe_step``).
+cost model in, and the real engine uses ``EwmaCostEstimator``, which learns lines
+``seconds = base + per_token * tokens`` online from measured steps (``observe_step``), one for
+decode-only steps and one for steps with prompt chunks.
 """
 
 from __future__ import annotations
@@ -13,17 +14,21 @@ from typing import Protocol
 
 
 class CostEstimator(Protocol):
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
+    def step_time(self, num_tokens: int, context_tokens: int = 0,
+                  prompt_tokens: int = 0) -> float:
         """Expected seconds of a step computing ``num_tokens`` tokens over ``context_tokens``
-        tokens of cached context (summed over the batch)."""
+        tokens of cached context (summed over the batch), ``prompt_tokens`` of them in prompt
+        chunks (the rest one decode row each)."""
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         """Learn from a measured step; estimators with a fixed model may ignore it."""
 
 
 def max_tokens_within(est: CostEstimator, seconds: float, context_tokens: int,
-                      upper: int) -> int:
-    """Largest token count in ``[0, upper]`` whose estimated step fits ``seconds``.
+                      upper: int, decode_rows: int | None = None) -> int:
+    """Largest token count in ``[0, upper]`` whose estimated step fits ``seconds``: with
+    ``decode_rows`` given, the tokens beyond that many are prompt tokens (a step's decodes,
+    then prompt chunks), else all of them decode rows.
 
     Bisection on a monotone estimate: a dozen calls, whatever the estimator. An estimator
     with its own ``max_tokens_within`` (the simulator's cost model: the same bisection
@@ -31,10 +36,14 @@ def max_tokens_within(est: CostEstimator, seconds: float, context_tokens: int,
     """
     own = getattr(est, "max_tokens_within", None)
     if own is not None:
-        return own(seconds, context_tokens, upper)
-    if est.step_time(upper, context_tokens) <= seconds:
+        return own(seconds, context_tokens, upper, decode_rows)
+
+    def time(n: int) -> float:
+        prompt = 0 if decode_rows is None else max(0, n - decode_rows)
+        return est.step_time(n, context_tokens, prompt)
+    if time(upper) <= seconds:
         return upper
-    return largest_fitting(0, upper, lambda n: est.step_time(n, context_tokens) <= seconds)
+    return largest_fitting(0, upper, lambda n: time(n) <= seconds)
 
 
 def largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
@@ -57,38 +66,36 @@ class LinearCost:
             raise ValueError("cost coefficients must be non-negative")
         self.base, self.per_token, self.per_context = base, per_token, per_context
 
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
+    def step_time(self, num_tokens: int, context_tokens: int = 0,
+                  prompt_tokens: int = 0) -> float:
         return self.base + self.per_token * num_tokens + self.per_context * context_tokens
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         return None
 
 
-class EwmaCostEstimator:
+class EwmaLine:
     """Online least squares with exponential forgetting over (tokens, seconds) pairs.
 
     Keeps exponentially weighted moments of x = tokens and y = seconds; the fitted line is
     clamped to non-negative coefficients so a few noisy steps never predict negative times.
-    Until two distinct token counts are seen it scales the prior line by the observed ratio.
+    Until two distinct token counts are seen it scales its prior line by the observed ratio.
     """
 
-    def __init__(self, base: float = 0.02, per_token: float = 2e-4, alpha: float = 0.05,
-                 ) -> None:
+    def __init__(self, base: float, per_token: float, alpha: float) -> None:
         if not 0 < alpha <= 1:
             raise ValueError("alpha must lie in (0, 1]")
         self.base, self.per_token, self.alpha = base, per_token, alpha
-        self._n = 0
+        self.samples = 0
         self._mx = self._my = self._mxx = self._mxy = 0.0
 
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
+    def at(self, num_tokens: int) -> float:
         return self.base + self.per_token * num_tokens
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
-        if num_tokens <= 0 or seconds <= 0:
-            return
+    def observe(self, num_tokens: int, seconds: float) -> None:
         x, y = float(num_tokens), float(seconds)
-        a = self.alpha if self._n else 1.0
-        self._n += 1
+        a = self.alpha if self.samples else 1.0
+        self.samples += 1
         self._mx += a * (x - self._mx)
         self._my += a * (y - self._my)
         self._mxx += a * (x * x - self._mxx)
@@ -103,3 +110,43 @@ class EwmaCostEstimator:
             scale = self._my / prior if prior > 0 else 1.0
             self.base *= scale
             self.per_token *= scale
+
+
+class EwmaCostEstimator:
+    """Two ``EwmaLine``s learnt from the engine's measured steps: decode-only steps (one row a
+    sequence) and steps with prompt chunks. They differ on a CPU: steps with prompt tokens run
+    other kernels (two-part activations, prefill attention), and one line through both
+    priced a 66-token step with a prompt chunk beside hot decodes at 79 ms where it took 105
+    (the TBT cap is 80 ms), and 64 decode rows dearer than they ran.
+
+    A step with prompt tokens costs at least the decode line's time for its tokens, so the
+    estimate grows with every token added to a step (the fill bisects on it). A line without
+    samples of its own answers with the other's coefficients (the prior, ``base`` and
+    ``per_token``, until either has one).
+    """
+
+    def __init__(self, base: float = 0.02, per_token: float = 2e-4, alpha: float = 0.05,
+                 ) -> None:
+        self.decode = EwmaLine(base, per_token, alpha)
+        self.prompt = EwmaLine(base, per_token, alpha)
+
+    def _line(self, prompt: bool) -> EwmaLine:
+        own, other = (self.prompt, self.decode) if prompt else (self.decode, self.prompt)
+        return own if own.samples or not other.samples else other
+
+    def step_time(self, num_tokens: int, context_tokens: int = 0,
+                  prompt_tokens: int = 0) -> float:
+        decode = self._line(False).at(num_tokens)
+        if not prompt_tokens:
+            return decode
+        return max(decode, self._line(True).at(num_tokens))
+
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
+        if num_tokens <= 0 or seconds <= 0:
+            return
+        line = self.prompt if prompt_tokens else self.decode
+        if not line.samples:  # start from the other line's fit, not the prior
+            other = self.decode if prompt_tokens else self.prompt
+            if other.samples:
+                line.base, line.per_token = other.base, other.per_token
+        line.observe(num_tokens, seconds)

@@ -43,6 +43,12 @@ class StepPlan:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Tokens in prompt chunks (items of more than one token; the rest are decode rows,
+        and a step without such chunks runs as a decode-only step)."""
+        return sum(i.num_tokens for i in self.scheduled if i.num_tokens > 1)
+
 
 @dataclass(slots=True)
 class StepResult:

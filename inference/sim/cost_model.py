@@ -109,13 +109,16 @@ class CostModel:
         return (STEP_OVERHEAD_S + self.linear_s(tokens) + prefill
                 + self.decode_attn_s(decode_ctx))
 
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
-        """``CostEstimator`` view: tokens plus summed cached context read by the batch."""
+    def step_time(self, num_tokens: int, context_tokens: int = 0,
+                  prompt_tokens: int = 0) -> float:
+        """``CostEstimator`` view: tokens plus summed cached context read by the batch (the
+        profiles time a token alike in prompt chunks and decode rows)."""
         lin = (self._table[num_tokens] if 0 <= num_tokens <= TABLE_TOKENS
                else self._linear(num_tokens))
         return STEP_OVERHEAD_S + lin + self._kv_read * context_tokens
 
-    def max_tokens_within(self, seconds: float, context_tokens: int, upper: int) -> int:
+    def max_tokens_within(self, seconds: float, context_tokens: int, upper: int,
+                          decode_rows: int | None = None) -> int:
         """``inference.scheduler.cost.max_tokens_within`` for this model: the same probes and
         the same sums as ``step_time``, without its call (the scheduler asks twice a step)."""
         if upper > TABLE_TOKENS:
@@ -128,7 +131,7 @@ class CostModel:
                 return STEP_OVERHEAD_S + table[n] + decode <= seconds
         return upper if fits(upper) else largest_fitting(0, upper, fits)
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         return None
 
 

@@ -246,7 +246,7 @@ class _Run:
                    and q.status == SequenceStatus.RUNNING}
         finished = s.update(plan, sampled, self.now).finished
         if whole:
-            s.observe_step(plan.num_batched_tokens, dt)
+            s.observe_step(plan.num_batched_tokens, dt, plan.num_prompt_tokens)
         for seq_id in sampled:
             acc.token(seq_id, self.now)
         for seq in finished:

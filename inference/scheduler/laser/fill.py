@@ -47,6 +47,7 @@ class StepFill(Preemption):
         self.finish_paused = False
         self.borrowed: list[str] = []  # non-hot prompts admitted into the hot block reserve
         self.used = 0
+        self.prompt = 0  # of ``used``: tokens in prompt chunks (the rest decode rows)
         self.used_by_class = [0, 0, 0, 0]
         self.hot_blocks = 0
         self.hot_min_slack = math.inf
@@ -227,10 +228,13 @@ class StepFill(Preemption):
             self.warm_cap = int(p.warm_share * self.budget)
         return decodes
 
-    def _tokens_within(self, seconds: float | None, floor: int) -> int:
+    def _tokens_within(self, seconds: float | None, rows: int) -> int:
+        """Most tokens a step of ``rows`` decodes and prompt chunks after them may hold and
+        take ``seconds``; at least the decodes."""
         if seconds is None:
             return self.budget
-        return max(floor, max_tokens_within(self.v.cost, seconds, self.context, self.budget))
+        return max(rows, max_tokens_within(self.v.cost, seconds, self.context, self.budget,
+                                           rows))
 
     def _allowance(self, cls: int) -> int:
         left = self.budget - self.used
@@ -293,23 +297,28 @@ class StepFill(Preemption):
         # floor fits (or is 0), n does not; the step time grows with the chunk. _step_s
         # inlined, the same sums in the same order: this runs a dozen times per prefill
         step_time, used, ctx, attn_s = self.v.cost.step_time, self.used, self.context, self.attn_s
-        attn, start = self._attn, seq.num_computed_tokens
+        attn, start, prompt = self._attn, seq.num_computed_tokens, self.prompt
 
         def fits(m: int) -> bool:
-            t = step_time(used + m, ctx) + attn_s
-            if attn is not None and m > 1:
-                t += attn(start, m)
+            if m > 1:
+                t = step_time(used + m, ctx, prompt + m) + attn_s
+                if attn is not None:
+                    t += attn(start, m)
+            else:
+                t = step_time(used + m, ctx, prompt) + attn_s
             return t <= limit
         return largest_fitting(floor, n, fits)
 
     def estimate_s(self) -> float:
         """Estimated seconds of the step as filled so far."""
-        return self.v.cost.step_time(self.used, self.context) + self.attn_s
+        return self.v.cost.step_time(self.used, self.context, self.prompt) + self.attn_s
 
     def _step_s(self, seq: Sequence, n: int) -> float:
-        """Estimated seconds of this step with ``n`` more prompt tokens of ``seq``."""
-        t = self.v.cost.step_time(self.used + n, self.context) + self.attn_s
-        if self._attn is not None and n > 1:
+        """Estimated seconds of this step with ``n`` more prompt tokens of ``seq`` (one token
+        is a decode row's work: the last of a prompt)."""
+        chunk = n if n > 1 else 0
+        t = self.v.cost.step_time(self.used + n, self.context, self.prompt + chunk) + self.attn_s
+        if self._attn is not None and chunk:
             t += self._attn(seq.num_computed_tokens, n)
         return t
 
@@ -352,8 +361,11 @@ class StepFill(Preemption):
     # ---- bookkeeping ----------------------------------------------------------------------
     def _take(self, seq: Sequence, got, cls: int) -> None:
         self.items[seq.seq_id] = (got, cls)
-        self.used += got[0].num_tokens
-        self.used_by_class[cls] += got[0].num_tokens
+        n = got[0].num_tokens
+        self.used += n
+        if n > 1:
+            self.prompt += n
+        self.used_by_class[cls] += n
         self.attn_s += self._chunk_attn(got[0])
         if cls == 0 and got[0].num_tokens > 1:
             self.hot_floor = 0

@@ -113,9 +113,9 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self._queue.leave(seq)
 
     # ---- engine hooks ---------------------------------------------------------------------
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         """Feed a measured step time to the cost estimator (the real engine calls this)."""
-        self.cost.observe_step(num_tokens, seconds)
+        self.cost.observe_step(num_tokens, seconds, prompt_tokens)
         self.est_error.observe(seconds)
 
     def tbt_safety(self) -> float:

@@ -48,6 +48,8 @@ class Preemption:
         if entry is not None:
             (item, _), cls = entry
             self.used -= item.num_tokens
+            if item.num_tokens > 1:
+                self.prompt -= item.num_tokens
             self.used_by_class[cls] -= item.num_tokens
             self.attn_s -= self._chunk_attn(item)
             if cls == 0:

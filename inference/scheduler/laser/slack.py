@@ -1,8 +1,8 @@
 """Slack: how much time a request can still lose and keep its contract.
 
 Work is priced with a ``Speeds`` snapshot of the cost estimator: a prompt token costs its
-marginal share of a step, an output token costs a whole step (a sequence decodes one token
-per step however large the batch).
+marginal share of a step with prompt chunks, an output token costs a whole step (a sequence
+decodes one token per step however large the batch).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ class Speeds:
     def measure(cls, est: CostEstimator, typical_tokens: int, context_tokens: int,
                 chunk: int = 1 << 30, budget: int = 0) -> Speeds:
         base = est.step_time(0, context_tokens)
-        per_token = max(0.0, (est.step_time(_PROBE, context_tokens) - base) / _PROBE)
+        per_token = max(0.0, (est.step_time(_PROBE, context_tokens, _PROBE) - base) / _PROBE)
         step = max(est.step_time(max(1, typical_tokens), context_tokens), 1e-9)
-        full = max(step, est.step_time(budget, context_tokens))
+        full = max(step, est.step_time(budget, context_tokens, budget))
         return cls(base, per_token, step, chunk, full)
 
 

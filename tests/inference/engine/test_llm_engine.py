@@ -193,12 +193,14 @@ def test_stats_report_usage_and_fragmentation():
 def test_laser_policy_learns_step_time_from_real_steps():
     engine = make_engine(policy="laser")
     cost = engine.scheduler.cost
-    prior = (cost.base, cost.per_token)
+    prior = [(line.base, line.per_token) for line in (cost.decode, cost.prompt)]
     engine.add_request(request("a", prompt_ids(12), 6))
     engine.add_request(request("b", prompt_ids(5, 2), 6))
     run(engine)
-    assert cost._n >= 6  # one observation per step that ran the model
-    assert (cost.base, cost.per_token) != prior
+    # one observation per step that ran the model: the prefill steps teach the prompt line,
+    # the steps that only decode the decode line
+    assert cost.prompt.samples >= 1 and cost.decode.samples >= 5
+    assert [(line.base, line.per_token) for line in (cost.decode, cost.prompt)] != prior
 
 
 def test_overload_factor_reaches_the_laser_policy():

@@ -23,10 +23,11 @@ class FlatCost:
     def plan_time(self, items) -> float:
         return 0.01 + 0.001 * sum(n for _, n in items)
 
-    def step_time(self, num_tokens: int, context_tokens: int = 0) -> float:
+    def step_time(self, num_tokens: int, context_tokens: int = 0,
+                  prompt_tokens: int = 0) -> float:
         return 0.01 + 0.001 * num_tokens
 
-    def observe_step(self, num_tokens: int, seconds: float) -> None:
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         return None
 
 
