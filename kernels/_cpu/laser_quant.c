@@ -50,15 +50,19 @@
 enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 }; /* GGML's type ids */
 enum { QK = 32, QG = 16 };              /* inputs a block, outputs a group */
 
-int laser_q_block_bytes(int fmt) { /* packed bytes per group and block */
+/* packed bytes per group and block (inlined in the tiles: the exported name is a call
+ * through the PLT there) */
+static inline int block_bytes(int fmt) {
     return fmt == Q4_1 ? 64 + 256 : fmt == Q4_0 ? 32 + 256 : fmt == Q8_0 ? 32 + 512 : 0;
 }
 
+int laser_q_block_bytes(int fmt) { return block_bytes(fmt); }
+
 static int gguf_block_bytes(int fmt) { return fmt == Q4_1 ? 20 : fmt == Q4_0 ? 18 : 34; }
 
-/* raw: N GGUF rows of K / 32 blocks; out: laser_q_block_bytes(fmt) * ceil(N / 16) * K / 32 */
+/* raw: N GGUF rows of K / 32 blocks; out: block_bytes(fmt) * ceil(N / 16) * K / 32 */
 int laser_pack_q(const uint8_t *raw, int fmt, int64_t N, int64_t K, uint8_t *out) {
-    int bb = laser_q_block_bytes(fmt), rb = gguf_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
+    int bb = block_bytes(fmt), rb = gguf_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
     if (!bb || K % QK) return -1;
     int64_t nb = K / QK, groups = (N + QG - 1) / QG;
     memset(out, 0, (size_t)(groups * nb * bb));
@@ -272,7 +276,7 @@ static inline int32_t block_isum(const uint8_t *blk, int fmt, int hdr, int r, co
 /* plain C: the reference every vector path equals. With two parts the sums meet as
  * 256 s1 + s2 at the second part's scale (quantize_rows). */
 static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
-    int fmt = j->fmt, bb = laser_q_block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
+    int fmt = j->fmt, bb = block_bytes(fmt), hdr = fmt == Q4_1 ? 64 : 32;
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
     int count = j->N - g * QG < QG ? (int)(j->N - g * QG) : QG;
@@ -333,7 +337,7 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                                                                  int h, const int FMT,
                                                                  const int VNNI,
                                                                  const int PARTS) {
-    const int bb = laser_q_block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
+    const int bb = block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
     const int sign_trick = FMT == Q8_0 && !VNNI, off = sign_trick ? 0 : offset_of(FMT);
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
@@ -457,7 +461,7 @@ AVX2_TILE(tile_avxvnni_q80, Q8_0, 1)
 static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_t g, int64_t m0,
                                                            const int mr, const int FMT,
                                                            const int PARTS) {
-    const int bb = laser_q_block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
+    const int bb = block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
     const int off = offset_of(FMT);
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
