@@ -22,6 +22,25 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
 #define HAVE_ATTEND_AVX2 1
 #endif
+#if defined(__AVX512F__) || defined(HAVE_ATTEND_AVX2)
+#define HAVE_ATTEND_64 1 /* attend_64: 16 lanes with AVX-512, 8 with AVX2 */
+
+/* The vector attentions' prefetches, rows [t0, t1) of one KV head (rb bytes a row): a block's
+ * V rows while its scores compute (needed after the softmax: to L2), the next block's K rows
+ * while this one's dot products run (to L1). */
+static inline void fetch_rows(const char *cache, const int64_t *rows, int64_t t0, int64_t t1,
+                              int64_t KVH, int64_t kh, int64_t rb, int to_l1) {
+    for (int64_t t = t0; t < t1; t++) {
+        const char *r = cache + (rows[t] * KVH + kh) * rb;
+        for (int64_t l = 0; l < rb; l += 64) {
+            if (to_l1)
+                _mm_prefetch(r + l, _MM_HINT_T0);
+            else
+                _mm_prefetch(r + l, _MM_HINT_T1);
+        }
+    }
+}
+#endif
 
 static void load_row(const void *src, int dtype, int64_t n, float *dst) {
     if (dtype == F32) {
@@ -87,6 +106,16 @@ static inline float fast_exp(float x) {
     p = p * r * r + r + 1.0f;
     union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) * (1 << 23)};
     return p * scale.f;
+}
+
+/* sc[t] = exp(sc[t] - max sc) for t < len (the loops vectorise); returns their sum: a
+ * softmax's numerators and denominator */
+static inline float exp_sum(float *sc, int64_t len) {
+    float top = sc[0], s = 0.0f;
+    for (int64_t t = 1; t < len; t++) top = sc[t] > top ? sc[t] : top;
+    for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - top);
+    for (int64_t t = 0; t < len; t++) s += sc[t];
+    return s;
 }
 
 /* out[t] = h / sqrt(mean(h^2) + eps) * weight, h = x[t] (+ residual[t], then residual[t] = h).
@@ -182,25 +211,17 @@ static inline __attribute__((always_inline)) void attend_64(
     int64_t len, int64_t KVH, int64_t kh, float scale, float *scores, float *out,
     const int KV) {
     const int64_t rb = 64 * (KV == F16 ? 2 : 4); /* bytes of a head's row */
-    __m512 acc[4][4], top[4];
-    for (int g = 0; g < G; g++) {
-        top[g] = _mm512_set1_ps(-INFINITY);
+    __m512 acc[4][4];
+    for (int g = 0; g < G; g++)
         for (int j = 0; j < 4; j++) acc[g][j] = _mm512_setzero_ps();
-    }
     const __m512 sv = _mm512_set1_ps(scale);
     for (int64_t t0 = 0; t0 < len; t0 += 16) {
         int n = len - t0 < 16 ? (int)(len - t0) : 16;
         __mmask16 live = (__mmask16)((1u << n) - 1);
         const char *kr[16];
         for (int i = 0; i < 16; i++) kr[i] = k_cache + (rows[t0 + (i < n ? i : 0)] * KVH + kh) * rb;
-        for (int i = 0; i < n; i++) { /* the V rows, needed after the softmax: fetched now */
-            const char *v = v_cache + (rows[t0 + i] * KVH + kh) * rb;
-            for (int l = 0; l < rb; l += 64) _mm_prefetch(v + l, _MM_HINT_T1);
-        }
-        for (int64_t t = t0 + 16; t < t0 + 32 && t < len; t++) { /* the next K rows */
-            const char *k = k_cache + (rows[t] * KVH + kh) * rb;
-            for (int l = 0; l < rb; l += 64) _mm_prefetch(k + l, _MM_HINT_T0);
-        }
+        fetch_rows(v_cache, rows, t0, t0 + n, KVH, kh, rb, 0);
+        fetch_rows(k_cache, rows, t0 + 16, t0 + 32 < len ? t0 + 32 : len, KVH, kh, rb, 1);
         for (int g = 0; g < G; g++) {
             const float *qg = q + g * 64;
             __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
@@ -217,16 +238,10 @@ static inline __attribute__((always_inline)) void attend_64(
             }
             __m512 sc = _mm512_mul_ps(sum16(d), sv);
             _mm512_mask_storeu_ps(scores + g * len + t0, live, sc);
-            top[g] = _mm512_mask_max_ps(top[g], live, top[g], sc);
         }
     }
     float sum[4];
-    for (int g = 0; g < G; g++) {
-        float *sc = scores + g * len, m = _mm512_reduce_max_ps(top[g]), s = 0.0f;
-        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - m); /* vectorised */
-        for (int64_t t = 0; t < len; t++) s += sc[t];
-        sum[g] = s;
-    }
+    for (int g = 0; g < G; g++) sum[g] = exp_sum(scores + g * len, len);
     for (int64_t t = 0; t < len; t++) {
         const char *v = v_cache + (rows[t] * KVH + kh) * rb;
         const int64_t e = rb / 4;
@@ -269,7 +284,7 @@ static inline __attribute__((always_inline)) __m256 load_kv8(const char *p, cons
  * accumulators stay in registers. Without it a float16 cache went through the plain-C
  * attend, which widened every value with the portable h2f: on an AVX2-only AMD EPYC the
  * attention took 29 % of a 16-stream decode step. */
-static inline __attribute__((always_inline)) void attend_64_avx2(
+static inline __attribute__((always_inline)) void attend_64(
     const float *q, int G, const char *k_cache, const char *v_cache, const int64_t *rows,
     int64_t len, int64_t KVH, int64_t kh, float scale, float *scores, float *out,
     const int KV) {
@@ -282,19 +297,14 @@ static inline __attribute__((always_inline)) void attend_64_avx2(
         for (int i = 0; i < 8; i++) {
             const char *k = k_cache + (rows[t0 + (i < n ? i : 0)] * KVH + kh) * rb;
             if (KV == F16) {
-                for (int j = 0; j < 8; j++) _mm256_store_ps(kbuf + 64 * i + 8 * j, load_kv8(k + j * e, KV));
+                for (int j = 0; j < 8; j++)
+                    _mm256_store_ps(kbuf + 64 * i + 8 * j, load_kv8(k + j * e, KV));
                 kr[i] = kbuf + 64 * i;
             } else
                 kr[i] = (const float *)k;
         }
-        for (int i = 0; i < n; i++) { /* the V rows, needed after the softmax: fetched now */
-            const char *v = v_cache + (rows[t0 + i] * KVH + kh) * rb;
-            for (int l = 0; l < rb; l += 64) _mm_prefetch(v + l, _MM_HINT_T1);
-        }
-        for (int64_t t = t0 + 8; t < t0 + 16 && t < len; t++) { /* the next K rows */
-            const char *k = k_cache + (rows[t] * KVH + kh) * rb;
-            for (int l = 0; l < rb; l += 64) _mm_prefetch(k + l, _MM_HINT_T0);
-        }
+        fetch_rows(v_cache, rows, t0, t0 + n, KVH, kh, rb, 0);
+        fetch_rows(k_cache, rows, t0 + 8, t0 + 16 < len ? t0 + 16 : len, KVH, kh, rb, 1);
         for (int g = 0; g < G; g++) {
             const float *qg = q + g * 64;
             __m256 d[8];
@@ -302,7 +312,8 @@ static inline __attribute__((always_inline)) void attend_64_avx2(
             for (int i = 0; i < 8; i++) {
                 __m256 x = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(kr[i]));
                 for (int j = 1; j < 8; j++)
-                    x = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * j), _mm256_loadu_ps(kr[i] + 8 * j), x);
+                    x = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * j),
+                                        _mm256_loadu_ps(kr[i] + 8 * j), x);
                 d[i] = x;
             }
             float sc[8];
@@ -311,13 +322,7 @@ static inline __attribute__((always_inline)) void attend_64_avx2(
         }
     }
     float sum[4];
-    for (int g = 0; g < G; g++) {
-        float *sc = scores + g * len, m = sc[0], s = 0.0f;
-        for (int64_t t = 1; t < len; t++) m = sc[t] > m ? sc[t] : m;
-        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - m); /* vectorised */
-        for (int64_t t = 0; t < len; t++) s += sc[t];
-        sum[g] = s;
-    }
+    for (int g = 0; g < G; g++) sum[g] = exp_sum(scores + g * len, len);
     for (int h = 0; h < 2; h++) {
         __m256 acc[4][4];
         for (int g = 0; g < G; g++)
@@ -363,11 +368,7 @@ static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
     }
     memset(out, 0, (size_t)(G * D) * 4);
     for (int64_t g = 0; g < G; g++) {
-        float *sc = scores + g * len, top = sc[0], sum = 0.0f;
-        for (int64_t t = 1; t < len; t++) top = sc[t] > top ? sc[t] : top;
-        for (int64_t t = 0; t < len; t++) sc[t] = fast_exp(sc[t] - top);
-        for (int64_t t = 0; t < len; t++) sum += sc[t];
-        float inv = 1.0f / sum;
+        float *sc = scores + g * len, inv = 1.0f / exp_sum(sc, len);
         for (int64_t t = 0; t < len; t++) sc[t] *= inv;
     }
     for (int64_t t = 0; t < len; t++) {
@@ -381,10 +382,11 @@ static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
 
 /* Causal attention of each sequence's query rows against its paged cache, read in place.
  * q: [T, H, D] float32; caches [num_blocks * B, KVH, D] in kv_dtype (F32 or F16);
- * block_tables: [S, stride] int32; seq_lens: [S] int32 (>= 1, this step's tokens included); query_start_loc: [S + 1]
- * int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last positions (NULL: one row each,
- * a decode step); out: [T, H, D] in out_dtype. Query head h reads KV head h / (H / KVH).
- * One task per sequence and KV head, over up to `threads` threads of the pool. */
+ * block_tables: [S, stride] int32; seq_lens: [S] int32 (>= 1, this step's tokens included);
+ * query_start_loc: [S + 1] int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last
+ * positions (NULL: one row each, a decode step); out: [T, H, D] in out_dtype. Query head h
+ * reads KV head h / (H / KVH). One task per sequence and KV head, over up to `threads`
+ * threads of the pool. */
 typedef struct {
     const float *q;
     const char *k_cache, *v_cache;
@@ -410,21 +412,13 @@ static void attn_task(void *arg, int64_t task) {
     for (int64_t i = 0; i < q_len; i++) {
         int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
         const float *qh = j->q + (row * H + kh * G) * D;
-#ifdef __AVX512F__
+#ifdef HAVE_ATTEND_64
         if (D == 64 && G <= 4 && j->kv_dtype == F16)
             attend_64(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale,
                       scores, acc, F16);
         else if (D == 64 && G <= 4)
             attend_64(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh, j->scale,
                       scores, acc, F32);
-        else
-#elif defined(HAVE_ATTEND_AVX2)
-        if (D == 64 && G <= 4 && j->kv_dtype == F16)
-            attend_64_avx2(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh,
-                           j->scale, scores, acc, F16);
-        else if (D == 64 && G <= 4)
-            attend_64_avx2(qh, (int)G, j->k_cache, j->v_cache, rows, len, j->KVH, kh,
-                           j->scale, scores, acc, F32);
         else
 #endif
             attend(qh, G, D, j->k_cache, j->v_cache, j->kv_dtype, rows, len, j->KVH, kh,
@@ -459,15 +453,14 @@ typedef struct {
 static void silu_task(void *arg, int64_t task) {
     const silu_job *j = (const silu_job *)arg;
     int64_t I = j->I, t0 = task * j->rows, t1 = t0 + j->rows < j->T ? t0 + j->rows : j->T;
-    float *row = (float *)malloc((size_t)(3 * I) * 4);
-    /* the product into its own buffer: written over the gate half, the loop did not
-     * vectorise (GCC could not rule out the overlap) */
-    const float *restrict gate = row, *restrict up = row + I;
-    float *restrict prod = row + 2 * I;
+    float *row = (float *)malloc((size_t)(2 * I) * 4);
     for (int64_t t = t0; t < t1; t++) {
         load_row(j->x + (size_t)(t * 2 * I) * elem_size(j->x_dtype), j->x_dtype, 2 * I, row);
-        for (int64_t i = 0; i < I; i++) prod[i] = gate[i] / (1.0f + fast_exp(-gate[i])) * up[i];
-        store_row(prod, I, j->out + (size_t)(t * I) * elem_size(j->out_dtype), j->out_dtype);
+        for (int64_t i = 0; i < I; i++) {
+            float g = row[i];
+            row[i] = g / (1.0f + fast_exp(-g)) * row[I + i];
+        }
+        store_row(row, I, j->out + (size_t)(t * I) * elem_size(j->out_dtype), j->out_dtype);
     }
     free(row);
 }

@@ -29,8 +29,8 @@
  * Threads: the groups are split over laser_pool_run's workers.
  *
  * Memory: a group runs its rows in tiles of up to 8 on AVX-512 and on AVX2's Q8_0, 4 elsewhere
- * (each block's weights unpacked once per tile); the first tile reads the group's weights from memory, the
- * others find them in L1 (8-row tiles: decode 1.08-1.12x at 16 rows, 0.99-1.03x at 64).
+ * (each block's weights unpacked once per tile); the first tile reads the group's weights from
+ * memory, the others find them in L1 (8-row tiles: decode 1.08-1.12x at 16 rows, 0.99-1.03x at 64).
  * That first tile prefetches the next group's blocks as it goes, so a step's weights (96 MB
  * for SmolLM2-135M: never in cache from one step to the next) arrive while this group
  * computes: without it every group began with a stall on memory that the hardware prefetcher,
@@ -436,15 +436,13 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
     case 3: AVX2_ROWS(FMT, VNNI, 3, PARTS); break;                                           \
     default: AVX2_ROWS(FMT, VNNI, 4, PARTS); break;                                          \
     }
-/* up to 8 rows: Q8_0 without VNNI (AVX2_WIDE), whose sign trick's weight half is taken once a
- * block for all the tile's rows (the LM head's screen 1.11-1.13x at 16 and 64 rows against 4;
- * the Q4 tiles gained nothing from 8) */
+/* up to 8 rows: Q8_0 without VNNI, whose sign trick's weight half is taken once a block for
+ * all the tile's rows (the LM head's screen 1.11-1.13x at 16 and 64 rows against 4; the Q4
+ * tiles gained nothing from 8) */
 #define AVX2_PARTS_WIDE(FMT, VNNI, PARTS)                                                     \
-    switch (mr) {                                                                            \
-    case 1: AVX2_ROWS(FMT, VNNI, 1, PARTS); break;                                           \
-    case 2: AVX2_ROWS(FMT, VNNI, 2, PARTS); break;                                           \
-    case 3: AVX2_ROWS(FMT, VNNI, 3, PARTS); break;                                           \
-    case 4: AVX2_ROWS(FMT, VNNI, 4, PARTS); break;                                           \
+    if (mr <= 4) {                                                                           \
+        AVX2_PARTS(FMT, VNNI, PARTS)                                                         \
+    } else switch (mr) {                                                                     \
     case 5: AVX2_ROWS(FMT, VNNI, 5, PARTS); break;                                           \
     case 6: AVX2_ROWS(FMT, VNNI, 6, PARTS); break;                                           \
     case 7: AVX2_ROWS(FMT, VNNI, 7, PARTS); break;                                           \

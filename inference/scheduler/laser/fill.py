@@ -367,7 +367,7 @@ class StepFill(Preemption):
             self.prompt += n
         self.used_by_class[cls] += n
         self.attn_s += self._chunk_attn(got[0])
-        if cls == 0 and got[0].num_tokens > 1:
+        if cls == 0 and n > 1:
             self.hot_floor = 0
         if got[0].sample and seq.first_token_time is None and seq.tier is HOT:
             deadline = seq.arrival_time + seq.targets.ttft_p99_s
