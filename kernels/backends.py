@@ -80,12 +80,13 @@ class LayerBackend:
         """The op set for this step (``norm``: the layer's first norm weight, its dtype the
         model's)."""
         packs = self.packs(meta)
+        one_rows = 0 if meta.is_decode_only else meta.single_rows
         if not on_c_kernels(hidden, kv_cache, norm, meta):
-            return TorchOps(packs)
+            return TorchOps(packs, one_rows)
         down = packs[3]
         act = torch.bfloat16 if down is not None and down.dtype == torch.bfloat16 \
             else torch.float32
-        return CpuOps(packs, act)
+        return CpuOps(packs, act, one_rows)
 
     def runs_whole(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
                    meta) -> bool:

@@ -29,17 +29,18 @@ NATIVE_CHUNK_ROWS = 64
 
 
 class TorchOps:
-    """The ``kernels.*`` ops over the step's packs ``(qkv, o, gate_up, down)`` (or Nones)."""
+    """The ``kernels.*`` ops over the step's packs ``(qkv, o, gate_up, down)`` (or Nones);
+    ``one_rows``: the step's decode rows before its prompt chunks (``kernels.linear``)."""
 
-    __slots__ = ("packs",)
+    __slots__ = ("packs", "one_rows")
 
-    def __init__(self, packs: tuple) -> None:
-        self.packs = packs
+    def __init__(self, packs: tuple, one_rows: int = 0) -> None:
+        self.packs, self.one_rows = packs, one_rows
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, which: int,
                bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ weight.T (+ bias)`` on the step's pack of projection ``which``."""
-        return linear(x, weight, self.packs[which], bias)
+        return linear(x, weight, self.packs[which], bias, one_rows=self.one_rows)
 
     def add_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,13 +87,13 @@ class CpuOps(TorchOps):
 
     __slots__ = ("act",)
 
-    def __init__(self, packs: tuple, act: torch.dtype) -> None:
-        super().__init__(packs)
+    def __init__(self, packs: tuple, act: torch.dtype, one_rows: int = 0) -> None:
+        super().__init__(packs, one_rows)
         self.act = act
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, which: int,
                bias: torch.Tensor | None = None) -> torch.Tensor:
-        return linear(x, weight, self.packs[which], bias, raw=True)
+        return linear(x, weight, self.packs[which], bias, raw=True, one_rows=self.one_rows)
 
     def add_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

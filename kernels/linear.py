@@ -96,17 +96,19 @@ def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None,
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None,
-           bias: torch.Tensor | None = None, raw: bool = False) -> torch.Tensor:
+           bias: torch.Tensor | None = None, raw: bool = False,
+           one_rows: int = 0) -> torch.Tensor:
     """``x`` ``[num_tokens, in]`` times ``weight`` ``[out, in]`` transposed (+ ``bias``).
 
     ``packed`` is ``pack_linear_weight(weight)`` (or None); the result is the same either way.
     A bfloat16 ``packed`` for a float32 ``x`` gives the mixed-precision product (module doc);
     ``raw`` returns that product (without a bias) as oneDNN gives it, in bfloat16, for a
     consumer that reads bfloat16 (the C kernels) instead of converting it to float32 here, and
-    a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is.
+    a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is. ``one_rows``: a quantized
+    ``packed`` for prompt steps takes its first rows in one part (``quant.gemm_q``).
     """
     if isinstance(packed, quant.PackedQuant):
-        out = quant.gemm_q(x, packed, torch.float32)
+        out = quant.gemm_q(x, packed, torch.float32, one_rows=one_rows)
         return out if bias is None else out.add_(bias)
     if isinstance(packed, _cpu.PackedBF16):
         raw_out = raw and bias is None and not packed.split

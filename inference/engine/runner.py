@@ -248,7 +248,12 @@ class ModelRunner:
     def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:
         """Flatten ``plan.scheduled`` into model inputs. Reads sequence state: call it while
         the scheduler is not mutating it."""
+        # decode rows first: the C layer runs the rows before the first prompt chunk as a
+        # decode step's (laser_decoder_layer), so their tokens do not depend on a prompt
+        # sharing the step, and cost what a decode step's do
         items = plan.scheduled
+        if any(a.num_tokens > 1 and b.num_tokens == 1 for a, b in zip(items, items[1:])):
+            items = sorted(items, key=lambda it: it.num_tokens > 1)
         num_seqs = len(items)
         bs = self.block_size
         starts = np.fromiter((it.start for it in items), np.int64, num_seqs)

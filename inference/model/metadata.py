@@ -38,6 +38,7 @@ class AttentionMetadata:
     # on the C kernels, and the checked step arguments of ``kernels._cpu.decoder_layer``
     native: bool | None = field(default=None, init=False, repr=False)
     native_args: tuple | None = field(default=None, init=False, repr=False)
+    _single_rows: int | None = field(default=None, init=False, repr=False)
 
     def decode_index(self, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
         """``kernels.decode_attention.decode_rows`` of this step's sequences (cache rows to
@@ -51,6 +52,17 @@ class AttentionMetadata:
     @property
     def is_decode_only(self) -> bool:
         return self.max_query_len == 1
+
+    @property
+    def single_rows(self) -> int:
+        """Rows before the first sequence with more than one this step (a prompt chunk's):
+        its decode rows when they come first, as the runner orders them (every row in a
+        decode step). The C layer counts them the same way (``laser_decoder_layer``)."""
+        if self._single_rows is None:
+            lens = (self.query_start_loc[1:] - self.query_start_loc[:-1]).tolist()
+            first = next((i for i, n in enumerate(lens) if n > 1), len(lens))
+            self._single_rows = int(self.query_start_loc[first])
+        return self._single_rows
 
     @property
     def num_seqs(self) -> int:

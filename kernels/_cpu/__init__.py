@@ -56,6 +56,7 @@ SIGNATURES = {
                             _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _f32, _ptr, _int),
     "laser_rescore_top": (_ptr, _i64, _i64, _int, _ptr, _i64, _ptr, _int),
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
+    "laser_gemm_q_rows": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _i64),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
     "laser_q_block_bytes": (_int,),
     "laser_quantize_q8_0": (_ptr, _i64, _i64, _ptr),

@@ -649,15 +649,31 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
  * projection's product (the next layer's x).
  * Weights w[4]: qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up [2 I, hidden] and down
  * [hidden, I], each in laser_pack_bf16's layout (fmts[i] = 0) or laser_pack_q's (fmts[i] the
- * GGML type, + 256 for two-part activations). The rest as laser_rope_write_kv and
- * laser_paged_attention take it; `threads` for the matmuls and the attention. */
+ * GGML type, + 256 for two-part activations, + 512 for two parts in the rows of prompt
+ * chunks but one in the decode rows before them: those then get a decode step's bits and
+ * cost, whatever shares their step; in quant mode's gate-up projection two parts cost a step
+ * of 48 decode rows and 2 prompt tokens 8 ms more than 48 rows alone, one part 2 ms). The
+ * rest as laser_rope_write_kv and laser_paged_attention take it; `threads` for the matmuls
+ * and the attention. */
 static void layer_matmul(const void *w, int fmt, const void *x, int act, int64_t T, int64_t K,
-                         int64_t N, void *out, int threads) {
-    if (fmt)
+                         int64_t N, void *out, int threads, int64_t single) {
+    if (fmt >> 8 == 2) /* two parts for prompt rows, one for the decode rows before them */
+        laser_gemm_q_rows(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
+                          single);
+    else if (fmt)
         laser_gemm_q(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
                      fmt >> 8);
     else
         laser_gemm_bf16(x, act, T, K, (const uint16_t *)w, N, out, act, threads);
+}
+
+/* rows before the step's first sequence with more than one (a prompt chunk's): its decode
+ * rows, when the runner puts them first (all T in a decode step) */
+static int64_t single_rows(const int32_t *query_start_loc, int64_t S, int64_t T) {
+    if (!query_start_loc) return T;
+    int64_t s = 0;
+    while (s < S && query_start_loc[s + 1] - query_start_loc[s] == 1) s++;
+    return query_start_loc[s];
 }
 
 void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
@@ -671,6 +687,7 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
                          int threads) {
     size_t a = elem_size(act);
     int64_t n_qkv = (H + 2 * KVH) * D, widest = n_qkv > 2 * I ? n_qkv : 2 * I;
+    int64_t single = single_rows(query_start_loc, S, T);
     char *normed = (char *)malloc((size_t)(T * hidden) * a);
     char *wide = (char *)malloc((size_t)(T * widest) * a); /* qkv, then gate_up */
     float *q = (float *)malloc((size_t)(T * H * D) * 4);
@@ -678,16 +695,16 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
     char *proj = (char *)malloc((size_t)(T * (hidden > I ? hidden : I)) * a); /* o, then silu */
     laser_add_rms_norm(x, x_dtype, first ? NULL : residual, input_norm, eps, T, hidden, normed,
                        act);
-    layer_matmul(w[0], fmts[0], normed, act, T, hidden, n_qkv, wide, threads);
+    layer_matmul(w[0], fmts[0], normed, act, T, hidden, n_qkv, wide, threads, single);
     laser_rope_write_kv(wide, act, T, H, KVH, D, positions, cos_sin, q, k_cache, v_cache,
                         kv_dtype, slots);
     laser_paged_attention(q, k_cache, v_cache, kv_dtype, block_tables, stride, seq_lens,
                           query_start_loc, S, H, KVH, D, B, scale, attn, act, threads);
-    layer_matmul(w[1], fmts[1], attn, act, T, H * D, hidden, proj, threads);
+    layer_matmul(w[1], fmts[1], attn, act, T, H * D, hidden, proj, threads, single);
     laser_add_rms_norm(proj, act, residual, post_norm, eps, T, hidden, normed, act);
-    layer_matmul(w[2], fmts[2], normed, act, T, hidden, 2 * I, wide, threads);
+    layer_matmul(w[2], fmts[2], normed, act, T, hidden, 2 * I, wide, threads, single);
     silu_and_mul(wide, act, T, I, proj, act, threads);
-    layer_matmul(w[3], fmts[3], proj, act, T, I, hidden, out, threads);
+    layer_matmul(w[3], fmts[3], proj, act, T, I, hidden, out, threads, single);
     free(proj);
     free(attn);
     free(q);

@@ -63,5 +63,9 @@ void laser_pool_run(laser_task_fn fn, void *arg, int64_t ntasks, int threads);
 
 void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
                   int64_t N, void *out, int out_dtype, int threads, int split);
+/* laser_gemm_q with two-part activations but for rows [0, one_rows), in one part */
+void laser_gemm_q_rows(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w,
+                       int fmt, int64_t N, void *out, int out_dtype, int threads,
+                       int64_t one_rows);
 
 #endif

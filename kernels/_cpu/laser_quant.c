@@ -13,7 +13,9 @@
  * with prompt tokens (`split`, and every step in the `quant` mode) quantise the activations in
  * two parts, x ~ e (256 q1 + q2) with q2 the int8 rounding of what q1 left (scale e = e1 / 256):
  * about 15 bits kept, the same weights (as the bfloat16 matmul's split activations,
- * laser_cpu.c); the two integer sums meet as 256 s1 + s2 before the one float step.
+ * laser_cpu.c); the two integer sums meet as 256 s1 + s2 before the one float step. Part 1
+ * (q1, e1) is exactly the one-part quantisation, so a split call may run its first rows in
+ * one part on it (laser_gemm_q_rows: a step's decode rows, beside its prompt chunks).
  *
  * Packed layout (laser_pack_q, from the GGUF's rows): groups of 16 outputs; per group and block
  * the 16 scales d (float16), Q4_1's 16 minima m (float16), then the values: for Q4_x four
@@ -128,6 +130,8 @@ typedef struct {
     int8_t *q;     /* [R, K] */
     float *e;      /* [R, K / 32] scales */
     int32_t *sum;  /* [R, K / 32] sums of q */
+    float *ms;     /* [M, K / 32] e * (256 sum1 + sum2) (one part: e * sum): Q4_1's minima's
+                    * factor, once per row and block rather than in every tile */
 } qact;
 
 static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
@@ -211,7 +215,7 @@ static void quantize_block_avx2(const float *x, int parts, int8_t *q, float *e, 
 /* rows m0 .. m1 - 1 of x -> rows m * parts + p of a (p = 1: what part 0 left); vec: on
  * AVX2 (the scalar path, the reference, quantises in plain C: the tests compare the two) */
 static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, int64_t K,
-                          int parts, int vec, const qact *a) {
+                          int parts, int64_t one_rows, int vec, const qact *a) {
     int64_t nb = K / QK;
     float row[QK];
     for (int64_t m = m0; m < m1; m++)
@@ -224,15 +228,19 @@ static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, in
             int64_t r = m * parts, i0 = r * K + b * QK, i1 = (r + parts - 1) * K + b * QK;
             int64_t s0 = r * nb + b, s1 = (r + parts - 1) * nb + b;
 #if defined(__AVX2__) && defined(__FMA__)
-            if (vec) {
+            if (vec)
                 quantize_block_avx2(row, parts, a->q + i0, a->e + s0, a->sum + s0, a->q + i1,
                                     a->e + s1, a->sum + s1);
-                continue;
-            }
+            else
 #endif
-            quantize_block(row, a->q + i0, a->e + s0, a->sum + s0);
-            if (parts == 2) quantize_rest(row, a->q + i0, a->e[s0], a->q + i1, a->e + s1,
-                                          a->sum + s1);
+            {
+                quantize_block(row, a->q + i0, a->e + s0, a->sum + s0);
+                if (parts == 2) quantize_rest(row, a->q + i0, a->e[s0], a->q + i1, a->e + s1,
+                                              a->sum + s1);
+            }
+            int two = parts == 2 && m >= one_rows;
+            a->ms[m * nb + b] = two ? a->e[s1] * (float)(256 * a->sum[s0] + a->sum[s1])
+                                    : a->e[s0] * (float)a->sum[s0];
         }
 }
 
@@ -241,6 +249,8 @@ typedef struct {
     qact a;
     const uint8_t *w;
     int fmt, parts, out_dtype, isa;
+    int stride;        /* parts a row has in a: parts, or 2 for the one-part rows of a split */
+    int64_t one_rows;  /* rows [0, one_rows) in one part (their part 0) though `parts` is 2 */
     int64_t M, K, N, groups_per_task, groups;
     char *out;
 } qjob;
@@ -284,10 +294,8 @@ static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
         float acc[QG] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = wg + b * bb;
-            int64_t row = (m0 + m) * j->parts, last = row + j->parts - 1;
-            float e = j->a.e[last * nb + b];
-            int32_t xsum = j->parts == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
-                                         : j->a.sum[row * nb + b];
+            int64_t row = (m0 + m) * j->stride, last = row + j->parts - 1;
+            float e = j->a.e[last * nb + b], ms = j->a.ms[(m0 + m) * nb + b];
             for (int r = 0; r < QG; r++) {
                 int32_t isum = 0;
                 for (int p = 0; p < j->parts; p++)
@@ -298,7 +306,7 @@ static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
                 acc[r] = fmaf((float)isum, d * e, acc[r]);
                 if (fmt == Q4_1) {
                     float mn = h2f((uint16_t)(blk[32 + 2 * r] | blk[33 + 2 * r] << 8));
-                    acc[r] = fmaf(mn, e * (float)xsum, acc[r]);
+                    acc[r] = fmaf(mn, ms, acc[r]);
                 }
             }
         }
@@ -371,7 +379,7 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
             }
 #pragma GCC unroll 8
         for (int m = 0; m < mr; m++) {
-            int64_t row = (m0 + m) * PARTS, last = row + PARTS - 1;
+            int64_t row = (m0 + m) * j->stride, last = row + PARTS - 1;
             __m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 2
             for (int p = 0; p < PARTS; p++) {
@@ -406,12 +414,10 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                 isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
             }
             float e = j->a.e[last * nb + b];
-            int32_t xsum = PARTS == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
-                                         : j->a.sum[row * nb + b];
             __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
             acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[m]);
             if (FMT == Q4_1)
-                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(e * (float)xsum), acc[m]);
+                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(j->a.ms[(m0 + m) * nb + b]), acc[m]);
         }
     }
     int64_t n0 = g * QG + 8 * h;
@@ -503,7 +509,7 @@ static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_
         }
 #pragma GCC unroll 8
         for (int m = 0; m < mr; m++) {
-            int64_t row = (m0 + m) * PARTS, last = row + PARTS - 1;
+            int64_t row = (m0 + m) * j->stride, last = row + PARTS - 1;
             __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 2
             for (int p = 0; p < PARTS; p++) {
@@ -518,12 +524,10 @@ static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_
                 isum = p ? _mm512_add_epi32(_mm512_slli_epi32(isum, 8), a0) : a0;
             }
             float e = j->a.e[last * nb + b];
-            int32_t xsum = PARTS == 2 ? 256 * j->a.sum[row * nb + b] + j->a.sum[last * nb + b]
-                                      : j->a.sum[row * nb + b];
             __m512 scale = _mm512_mul_ps(dv, _mm512_set1_ps(e));
             acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[m]);
             if (FMT == Q4_1)
-                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(e * (float)xsum), acc[m]);
+                acc[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(j->a.ms[(m0 + m) * nb + b]), acc[m]);
         }
     }
     int64_t n0 = g * QG;
@@ -612,14 +616,19 @@ static qtile_fn pick_tile(int isa, int fmt, int parts) {
 
 static void q_task(void *arg, int64_t task) {
     const qjob *j = (const qjob *)arg;
-    qtile_fn tile = pick_tile(j->isa, j->fmt, j->parts);
+    qjob one = *j; /* the one-part rows of a split: part 0 of theirs */
+    one.parts = 1;
+    qtile_fn tile = pick_tile(j->isa, j->fmt, j->parts), tile1 = pick_tile(j->isa, j->fmt, 1);
     int64_t g0 = task * j->groups_per_task, g1 = g0 + j->groups_per_task;
     if (g1 > j->groups) g1 = j->groups;
     /* the AVX2 tiles take up to 4 rows, but AVX2 (no VNNI) Q8_0's 8 */
     int mr_max = j->isa >= ISA_AVX512_VNNI ? 8 : j->isa == ISA_AVX2 && j->fmt == Q8_0 ? 8 : 4;
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t m0 = 0; m0 < j->M; m0 += mr_max)
+    for (int64_t g = g0; g < g1; g++) {
+        for (int64_t m0 = 0; m0 < j->one_rows; m0 += mr_max)
+            tile1(&one, g, m0, j->one_rows - m0 < mr_max ? (int)(j->one_rows - m0) : mr_max);
+        for (int64_t m0 = j->one_rows; m0 < j->M; m0 += mr_max)
             tile(j, g, m0, j->M - m0 < mr_max ? (int)(j->M - m0) : mr_max);
+    }
 }
 
 /* the activations' buffer: one of KEEP_BYTES per calling thread, kept between calls (a decode
@@ -647,20 +656,24 @@ static void act_buffer_done(char *buf, size_t bytes) {
 }
 
 /* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
- * up to `threads` threads of the pool; split: two-part activations (module comment) */
-void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
-                  int64_t N, void *out, int out_dtype, int threads, int split) {
+ * up to `threads` threads of the pool; split: two-part activations (module comment), but for
+ * rows [0, one_rows): those in one part, as a decode step's (laser_decoder_layer) */
+static void gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
+                   int64_t N, void *out, int out_dtype, int threads, int split,
+                   int64_t one_rows) {
     int parts = split ? 2 : 1;
     int64_t R = M * parts, nb = K / QK;
-    qjob j = {.w = w, .fmt = fmt, .parts = parts, .out_dtype = out_dtype,
-              .isa = laser_quant_isa(-1), .M = M, .K = K, .N = N, .out = (char *)out};
-    size_t bytes = (size_t)(R * K + R * nb * 8);
+    qjob j = {.w = w, .fmt = fmt, .parts = parts, .stride = parts, .out_dtype = out_dtype,
+              .isa = laser_quant_isa(-1), .M = M, .K = K, .N = N, .out = (char *)out,
+              .one_rows = split ? (one_rows < M ? one_rows : M) : 0};
+    size_t bytes = (size_t)(R * K + R * nb * 8 + M * nb * 4);
     char *buf = act_buffer(bytes);
     if (!buf) return;
     j.a.q = (int8_t *)buf;
     j.a.e = (float *)(buf + R * K);
     j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
-    quantize_rows(x, x_dtype, 0, M, K, parts, j.isa != ISA_SCALAR, &j.a);
+    j.a.ms = (float *)(buf + R * K + R * nb * 8);
+    quantize_rows(x, x_dtype, 0, M, K, parts, j.one_rows, j.isa != ISA_SCALAR, &j.a);
     j.groups = (N + QG - 1) / QG;
     if (threads < 1) threads = 1;
     int64_t tasks = threads > 1 ? threads * 8 : 1;
@@ -669,4 +682,15 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     tasks = (j.groups + j.groups_per_task - 1) / j.groups_per_task;
     laser_pool_run(q_task, &j, tasks, threads);
     act_buffer_done(buf, bytes);
+}
+
+void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
+                  int64_t N, void *out, int out_dtype, int threads, int split) {
+    gemm_q(x, x_dtype, M, K, w, fmt, N, out, out_dtype, threads, split, 0);
+}
+
+void laser_gemm_q_rows(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w,
+                       int fmt, int64_t N, void *out, int out_dtype, int threads,
+                       int64_t one_rows) {
+    gemm_q(x, x_dtype, M, K, w, fmt, N, out, out_dtype, threads, 1, one_rows);
 }

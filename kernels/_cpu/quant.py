@@ -38,20 +38,25 @@ def isa(limit: int | None = None) -> str:
     return ISAS[library().laser_quant_isa(-1 if limit is None else limit)]
 
 
+ONE, TWO, PROMPT_TWO = 0, 1, 2  # PackedQuant.split: activations in one part, two, or two
+# for the prompt rows of a step and one for its decode rows before them (laser_decoder_layer)
+
+
 class PackedQuant:
     """One quantized weight in ``laser_pack_q``'s layout, standing where ``kernels.linear``
-    takes a packed weight. Activations around it stay float32 (``dtype``)."""
+    takes a packed weight. Activations around it stay float32 (``dtype``); ``split`` says in
+    how many parts they are quantised (``ONE``, ``TWO``, ``PROMPT_TWO``)."""
 
     __slots__ = ("data", "fmt", "out_features", "in_features", "split")
     dtype = torch.float32
 
     def __init__(self, data: torch.Tensor, fmt: int, out_features: int, in_features: int,
-                 split: bool = False) -> None:
-        self.data, self.fmt, self.split = data, fmt, split
+                 split: int = ONE) -> None:
+        self.data, self.fmt, self.split = data, fmt, int(split)
         self.out_features, self.in_features = out_features, in_features
 
-    def split_view(self) -> PackedQuant:
-        return PackedQuant(self.data, self.fmt, self.out_features, self.in_features, split=True)
+    def split_view(self, split: int = TWO) -> PackedQuant:
+        return PackedQuant(self.data, self.fmt, self.out_features, self.in_features, split)
 
     @property
     def nbytes(self) -> int:
@@ -101,9 +106,10 @@ def dequantize(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
 
 
 def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.float32,
-           threads: int | None = None) -> torch.Tensor:
+           threads: int | None = None, one_rows: int = 0) -> torch.Tensor:
     """``x`` ``[M, K]`` (float32 or bfloat16) times the packed weight transposed: ``[M, N]`` in
-    ``out_dtype`` (float32 or bfloat16). ``threads``: the pool's (default: ``set_threads``'s
+    ``out_dtype`` (float32 or bfloat16); a ``PROMPT_TWO`` pack takes rows ``[0, one_rows)``
+    in one part (a step's decode rows). ``threads``: the pool's (default: ``set_threads``'s
     setting, else one below ``THREADED_ROWS`` rows)."""
     from . import DTYPES
 
@@ -117,7 +123,10 @@ def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
     if num_rows:
         threads = _gemm_threads(num_rows) if threads is None else threads
-        library().laser_gemm_q(x.data_ptr(), DTYPES[x.dtype], num_rows, k, packed.data.data_ptr(),
-                               packed.fmt, packed.out_features, out.data_ptr(), DTYPES[out_dtype],
-                               threads, int(packed.split))
+        args = (x.data_ptr(), DTYPES[x.dtype], num_rows, k, packed.data.data_ptr(), packed.fmt,
+                packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
+        if packed.split == PROMPT_TWO and one_rows > 0:
+            library().laser_gemm_q_rows(*args, one_rows)
+        else:
+            library().laser_gemm_q(*args, int(packed.split != ONE))
     return out

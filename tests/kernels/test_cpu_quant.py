@@ -142,6 +142,29 @@ def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
                 assert torch.equal(got, want[:rows]), (used, threads, rows)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("one_rows", [1, 3, 8, 13, 29])
+def test_decode_rows_before_a_prompt_chunk_get_a_decode_steps_bits(fmt, one_rows) -> None:
+    """A two-part call with its first rows in one part (``PROMPT_TWO``, a step's decode rows
+    beside a prompt chunk): those rows equal a one-part call's, the rest a two-part call's,
+    on every path and thread count (tiles of each height straddle the boundary)."""
+    raw, _ = _weight(fmt, 70, 192, seed=one_rows)
+    one = quant.pack_q(raw, fmt, 70, 192)
+    mixed = one.split_view(quant.PROMPT_TWO)
+    x = _edge_rows(37, 192)
+    quant.isa(0)
+    want = torch.cat([quant.gemm_q(x[:one_rows], one, threads=1),
+                      quant.gemm_q(x[one_rows:], one.split_view(), threads=1)])
+    assert not torch.equal(want, quant.gemm_q(x, one.split_view(), threads=1))
+    for level in ISA_LEVELS:
+        used = quant.isa(level)
+        for threads in (1, 2, 3):
+            got = quant.gemm_q(x, mixed, threads=threads, one_rows=one_rows)
+            assert torch.equal(got, want), (used, threads)
+    # without the rows it is a two-part call (the per-projection path's prompt steps)
+    assert torch.equal(quant.gemm_q(x, mixed, threads=1), quant.gemm_q(x, one.split_view()))
+
+
 def test_calls_from_many_threads_at_once_keep_their_own_activations() -> None:
     """Each calling thread quantises into its own buffer (kept between its calls): calls from
     threads at once, large and small (a long prompt's buffer is not the kept one), each get

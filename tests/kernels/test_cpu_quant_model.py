@@ -269,3 +269,31 @@ def test_the_threshold_is_a_config_field() -> None:
     assert EngineConfig().quant_max_rows is None  # learned (docs/engine.md, "Auto")
     with pytest.raises(ValueError, match="quant_max_rows"):
         EngineConfig(quant_max_rows=-1)
+
+
+@pytest.mark.parametrize("one_call", [True, False])
+def test_decode_rows_beside_a_prompt_chunk_get_the_decode_steps_logits(one_call) -> None:
+    """quant mode: a step with a prompt chunk after its decode rows runs those rows as a
+    decode step does (one-part gate-up activations), so their logits are a decode step's,
+    bit for bit, on the one-call layer and op by op; the prompt's own rows keep two parts."""
+    from inference.engine.runner import BatchInputs
+    from inference.model import AttentionMetadata
+
+    runner = _runner(kernels.QUANT)
+    for layer in runner.model.layers:
+        layer.backend.set_one_call(one_call)
+
+    def step(tables, seq_lens, q_lens, ids, positions) -> torch.Tensor:
+        meta = AttentionMetadata.build(tables, seq_lens, q_lens, 16)
+        ends = torch.tensor(q_lens).cumsum(0) - 1
+        return runner.execute(BatchInputs(torch.tensor(ids), torch.tensor(positions), meta,
+                                          ends, [str(i) for i in range(len(q_lens))]))
+
+    prompt = [5, 9, 14, 3, 27]
+    step([[0], [1]], [5, 5], [5, 5], prompt * 2, list(range(5)) * 2)  # two prefilled
+    decode = step([[0], [1]], [6, 6], [1, 1], [40, 41], [5, 5])
+    mixed = step([[0], [1], [2]], [6, 6, 7], [1, 1, 7], [40, 41, *prompt, 8, 60],
+                 [5, 5, *range(7)])
+    assert torch.equal(mixed[:2], decode)
+    alone = step([[2]], [7], [7], [*prompt, 8, 60], list(range(7)))
+    assert torch.equal(mixed[2:], alone)
