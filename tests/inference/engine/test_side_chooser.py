@@ -88,3 +88,20 @@ def test_steps_with_prompt_tokens_learn_apart_from_decode_steps_of_the_same_widt
     assert chooser.faster(66, prompt=True) == QUANT_SIDE
     # a new width takes the verdict of the nearest group of its own kind
     assert chooser.choose(90, True) == QUANT_SIDE and chooser.choose(90) == BF16_SIDE
+
+
+def test_a_step_with_hot_streams_tries_no_side():
+    chooser = SideChooser(explore_every=4)
+    drive(chooser, 40, 2, lambda side: 0.05 if side == QUANT_SIDE else 0.08)  # a verdict
+    # a new width: hot steps take the nearest timed group's verdict, untried
+    assert [chooser.choose(100, explore=False) for _ in range(10)] == [QUANT_SIDE] * 10
+    # a timed width: the verdict, and the steps do not count towards the next try
+    before = chooser._groups[(False, SideChooser.group(40))].left
+    assert {chooser.choose(40, explore=False) for _ in range(20)} == {QUANT_SIDE}
+    assert chooser._groups[(False, SideChooser.group(40))].left == before
+    assert BF16_SIDE in drive(chooser, 40, 8, lambda side: 0.05)  # others still try it
+    # prompt steps with nothing timed of their kind: the quantized blocks, or the one side
+    # this width has a time for
+    assert chooser.choose(30, prompt=True, explore=False) == QUANT_SIDE
+    chooser.observe(30, BF16_SIDE, 0.03, prompt=True)
+    assert chooser.choose(30, prompt=True, explore=False) == BF16_SIDE
