@@ -3,8 +3,8 @@
 The tier policy reasons about slack (deadline minus expected remaining work), which needs a
 model of step time. Two implementations share one protocol: the simulator hands its calibrated
 cost model in, and the real engine uses ``EwmaCostEstimator``, which learns lines
-``seconds = base + per_token * tokens`` online from measured steps (``observe_step``), one for
-decode-only steps and one for steps with prompt chunks.
+``seconds = base + per_token * tokens`` online from measured steps (``observe_step``): one for
+decode-only steps, one for what prompt chunks add to a step.
 """
 
 from __future__ import annotations
@@ -113,40 +113,44 @@ class EwmaLine:
 
 
 class EwmaCostEstimator:
-    """Two ``EwmaLine``s learnt from the engine's measured steps: decode-only steps (one row a
-    sequence) and steps with prompt chunks. They differ on a CPU: steps with prompt tokens run
-    other kernels (two-part activations, prefill attention), and one line through both
-    priced a 66-token step with a prompt chunk beside hot decodes at 79 ms where it took 105
-    (the TBT cap is 80 ms), and 64 decode rows dearer than they ran.
+    """Decode-only steps on one ``EwmaLine`` (seconds by tokens), and what a step with prompt
+    chunks costs on top of its tokens' time on that line on another (extra seconds by prompt
+    tokens). Steps with prompt tokens run other kernels on a CPU (two-part activations,
+    prefill attention), so they cost more than their width on the decode line, but how much
+    more follows their prompt tokens, not their width: one line through every prompt step's
+    tokens priced 45 decode rows plus one prompt token at 79 ms where such steps took 50, and
+    a fill under the 80 ms TBT cap admitted no waiting prompt beside 45 decodes (64 streams
+    from one key, docs/engine.md).
 
-    A step with prompt tokens costs at least the decode line's time for its tokens, so the
-    estimate grows with every token added to a step (the fill bisects on it). A line without
-    samples of its own answers with the other's coefficients (the prior, ``base`` and
-    ``per_token``, until either has one).
+    The extra is never negative, so a step costs at least its tokens' decode time and the
+    estimate grows with every token added to a step (the fill bisects on it). Until the first
+    decode-only step, prompt steps teach the decode line (a stand-in: the first decode step
+    replaces what they taught, keeping its slope's shape) and the extra stays 0.
     """
 
     def __init__(self, base: float = 0.02, per_token: float = 2e-4, alpha: float = 0.05,
                  ) -> None:
         self.decode = EwmaLine(base, per_token, alpha)
-        self.prompt = EwmaLine(base, per_token, alpha)
-
-    def _line(self, prompt: bool) -> EwmaLine:
-        own, other = (self.prompt, self.decode) if prompt else (self.decode, self.prompt)
-        return own if own.samples or not other.samples else other
+        self.prompt = EwmaLine(0.0, per_token, alpha)  # extra seconds by prompt tokens
+        self._decode_seen = False
 
     def step_time(self, num_tokens: int, context_tokens: int = 0,
                   prompt_tokens: int = 0) -> float:
-        decode = self._line(False).at(num_tokens)
-        if not prompt_tokens:
+        decode = self.decode.at(num_tokens)
+        if not prompt_tokens or not self.prompt.samples:
             return decode
-        return max(decode, self._line(True).at(num_tokens))
+        line = self.prompt
+        return decode + max(0.0, line.base) + max(0.0, line.per_token) * prompt_tokens
 
     def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
         if num_tokens <= 0 or seconds <= 0:
             return
-        line = self.prompt if prompt_tokens else self.decode
-        if not line.samples:  # start from the other line's fit, not the prior
-            other = self.decode if prompt_tokens else self.prompt
-            if other.samples:
-                line.base, line.per_token = other.base, other.per_token
-        line.observe(num_tokens, seconds)
+        if not prompt_tokens:
+            if not self._decode_seen:  # what prompt steps taught it gives way
+                self._decode_seen = True
+                self.decode.samples = 0
+            self.decode.observe(num_tokens, seconds)
+        elif not self._decode_seen:
+            self.decode.observe(num_tokens, seconds)
+        else:
+            self.prompt.observe(prompt_tokens, seconds - self.decode.at(num_tokens))

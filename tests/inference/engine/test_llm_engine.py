@@ -196,9 +196,12 @@ def test_laser_policy_learns_step_time_from_real_steps():
     prior = [(line.base, line.per_token) for line in (cost.decode, cost.prompt)]
     engine.add_request(request("a", prompt_ids(12), 6))
     engine.add_request(request("b", prompt_ids(5, 2), 6))
+    for _ in range(3):
+        engine.step()
+    engine.add_request(request("c", prompt_ids(7, 3), 6))
     run(engine)
-    # one observation per step that ran the model: the prefill steps teach the prompt line,
-    # the steps that only decode the decode line
+    # one observation per step that ran the model: the steps that only decode teach the
+    # decode line, the prompt steps after one what their prompt chunks add
     assert cost.prompt.samples >= 1 and cost.decode.samples >= 5
     assert [(line.base, line.per_token) for line in (cost.decode, cost.prompt)] != prior
 

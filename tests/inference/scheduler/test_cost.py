@@ -28,17 +28,20 @@ def test_ewma_ignores_empty_steps():
     assert est.step_time(10) == pytest.approx(0.02)
 
 
-def test_ewma_prices_steps_with_prompt_chunks_on_their_own_line():
+def test_ewma_prices_what_prompt_chunks_add_to_a_step_on_its_own_line():
     est = EwmaCostEstimator(alpha=0.1)
     for i in range(400):
         rows = 1 + (i * 37) % 64
         est.observe_step(rows, 0.010 + 1e-3 * rows)  # decode-only steps
-        chunk = 16 + (i * 53) % 256
-        est.observe_step(rows + chunk, 0.015 + 2e-3 * (rows + chunk), chunk)
+        chunk = 1 + (i * 53) % 256
+        # a prompt step: its tokens as decode rows, plus 5 ms and 1 ms a prompt token
+        est.observe_step(rows + chunk, 0.015 + 1e-3 * rows + 2e-3 * chunk, chunk)
     assert est.step_time(64) == pytest.approx(0.010 + 0.064, rel=0.02)
-    assert est.step_time(66, 0, 2) == pytest.approx(0.015 + 0.132, rel=0.02)
-    # one line through both would price the 64 rows dearer and the chunk cheaper
-    assert est.decode.per_token == pytest.approx(1e-3, rel=0.02)
+    assert est.step_time(66, 0, 2) == pytest.approx(0.015 + 0.064 + 0.004, rel=0.02)
+    assert est.step_time(300, 0, 256) == pytest.approx(0.015 + 0.044 + 0.512, rel=0.02)
+    # one line through every prompt step's tokens would price the first of these at
+    # 0.015 + 2e-3 a token whatever its mix (0.147 s): no prompt beside 64 decodes
+    assert est.prompt.per_token == pytest.approx(1e-3, rel=0.02)
 
 
 def test_ewma_prompt_steps_never_cost_less_than_their_decode_rows():
@@ -52,23 +55,29 @@ def test_ewma_prompt_steps_never_cost_less_than_their_decode_rows():
     assert est.step_time(64, 0, 56) >= est.step_time(64)
 
 
-def test_ewma_line_without_samples_takes_the_others():
+def test_ewma_prompt_steps_stand_in_for_decode_steps_until_one_runs():
     est = EwmaCostEstimator(base=0.5, per_token=0.5)
     est.observe_step(10, 0.04, 10)
     est.observe_step(100, 0.13, 100)
-    assert est.step_time(50) == pytest.approx(est.step_time(50, 0, 50))  # no decode samples
-    est.observe_step(10, 0.02)  # the decode line starts from the prompt line's fit
-    assert est.decode.per_token == pytest.approx(est.prompt.per_token * 0.02 / 0.04)
+    assert est.step_time(50) == pytest.approx(0.04 + 0.001 * 40)  # their line, as decode
+    assert est.step_time(50, 0, 50) == est.step_time(50)  # nothing added yet
+    slope = est.decode.per_token
+    est.observe_step(10, 0.02)  # the first decode step: the line's shape, its level
+    assert est.decode.samples == 1
+    assert est.step_time(10) == pytest.approx(0.02)
+    assert est.decode.per_token == pytest.approx(slope * 0.02 / 0.04)
+    est.observe_step(20, 0.05, 10)  # now prompt steps teach what they add
+    assert est.step_time(20, 0, 10) == pytest.approx(0.05)
 
 
 def test_max_tokens_within_prices_tokens_past_the_decode_rows_as_prompt():
     est = EwmaCostEstimator(alpha=0.5)  # two samples fit each line exactly
     est.observe_step(10, 0.020)
     est.observe_step(20, 0.030)  # decode: 0.01 + 1e-3 a row
-    est.observe_step(20, 0.050, 10)
-    est.observe_step(40, 0.090, 30)  # prompt steps: 0.01 + 2e-3 a token
+    est.observe_step(20, 0.045, 10)
+    est.observe_step(40, 0.085, 30)  # prompt chunks add 0.005 + 1e-3 a prompt token
     assert max_tokens_within(est, 0.0505, 0, 100) == 40
-    assert max_tokens_within(est, 0.0505, 0, 100, decode_rows=8) == 20
+    assert max_tokens_within(est, 0.0505, 0, 100, decode_rows=8) == 21
 
 
 @pytest.mark.parametrize("seconds, expect", [(0.0, 0), (0.015, 5), (1.0, 64)])
