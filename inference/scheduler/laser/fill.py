@@ -210,7 +210,14 @@ class StepFill(Preemption):
             self.context -= sum(q.num_computed_tokens for _, q in decodes) - sum(
                 q.num_computed_tokens for _, q in kept)
             decodes = kept
-        warm = [warm_step_s(q.targets) for k, q in decodes if k[0] == 2
+        # class 2's pace: a warm stream's rate floor; a hot request served as warm keeps its
+        # own contract's pace instead, hot's TBT: its tokens are judged by hot's terms, never
+        # by warm's floor (docs/slo.md), and the floor's shorter steps cost every stream
+        # (64 streams from a hot key, half demoted: 37 rows at 50 ms, requests queued 15 s).
+        # Not less what it has waited, as hot's caps are: it takes turns under them, and a
+        # turn it sat out would leave no step any prompt chunk at all.
+        warm = [safety * q.targets.tbt_p99_s if q.asked_tier is HOT
+                else warm_step_s(q.targets) for k, q in decodes if k[0] == 2
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a step that may pause (none of hot's streams decodes in it): short enough layers

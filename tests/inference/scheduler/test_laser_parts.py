@@ -100,6 +100,23 @@ def test_long_prefill_chunk_shrinks_under_hot_tbt():
         assert chunk.num_tokens == expect  # 0.8 * 30 ms fits 14 tokens at 1 ms + 10 ms
 
 
+def test_a_demoted_hot_stream_paces_the_step_by_hots_tbt_not_warms_floor():
+    # A hot request served as warm is judged by hot's terms, never by warm's floor: its
+    # decodes hold a step to 0.8 * its 100 ms TBT (70 tokens at 1 ms + 10 ms), where a warm
+    # stream of the same contract holds it to one token's share of 20 tok/s (40 tokens).
+    targets = ContractTargets(warm_rate_tps=20.0, tbt_p99_s=0.1)
+    for asked, expect in ((Tier.WARM, 40 - 1), (Tier.HOT, 70 - 1)):
+        sched = laser(knobs(OFF, warm_floor_enabled=True), max_num_batched_tokens=128,
+                      long_prefill_chunk=128)
+        sched.add(make_request("w", 4, max_tokens=50, tier=Tier.WARM, targets=targets), 0.0)
+        sched.seqs["w-0"].asked_tier = asked
+        step(sched, 0.0)  # prefilled, now decoding
+        sched.add(make_request("c", 200, max_tokens=2, tier=Tier.COLD, deadline=1e6), 1.0)
+        plan = step(sched, 1.0)
+        chunk = next(s for s in plan.scheduled if s.seq_id == "c-0")
+        assert chunk.num_tokens == expect, asked
+
+
 def test_prefill_chunk_shrinks_to_keep_the_warm_rate_floor():
     # 25 tok/s with a 20 % band: a token every 50 ms; 0.8 * 50 ms fits 30 tokens at 1 ms + 10 ms.
     warm = ContractTargets(warm_rate_tps=25.0, warm_band=0.2)
