@@ -57,7 +57,7 @@ class AttentionMetadata:
     def single_rows(self) -> int:
         """Rows before the first sequence with more than one this step (a prompt chunk's):
         its decode rows when they come first, as the runner orders them (every row in a
-        decode step). The C layer counts them the same way (``laser_decoder_layer``)."""
+        decode step): ``kernels`` runs them as a decode step's rows in a prompt step."""
         if self._single_rows is None:
             lens = (self.query_start_loc[1:] - self.query_start_loc[:-1]).tolist()
             first = next((i for i, n in enumerate(lens) if n > 1), len(lens))

@@ -650,7 +650,8 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
  * Weights w[4]: qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up [2 I, hidden] and down
  * [hidden, I], each in laser_pack_bf16's layout (fmts[i] = 0) or laser_pack_q's (fmts[i] the
  * GGML type, + 256 for two-part activations, + 512 for two parts in the rows of prompt
- * chunks but one in the decode rows before them: those then get a decode step's bits and
+ * chunks but one in the `single` rows before them (the step's decode rows, which the runner
+ * puts first: AttentionMetadata.single_rows): those then get a decode step's bits and
  * cost, whatever shares their step; in quant mode's gate-up projection two parts cost a step
  * of 48 decode rows and 2 prompt tokens 8 ms more than 48 rows alone, one part 2 ms). The
  * rest as laser_rope_write_kv and laser_paged_attention take it; `threads` for the matmuls
@@ -667,15 +668,6 @@ static void layer_matmul(const void *w, int fmt, const void *x, int act, int64_t
         laser_gemm_bf16(x, act, T, K, (const uint16_t *)w, N, out, act, threads);
 }
 
-/* rows before the step's first sequence with more than one (a prompt chunk's): its decode
- * rows, when the runner puts them first (all T in a decode step) */
-static int64_t single_rows(const int32_t *query_start_loc, int64_t S, int64_t T) {
-    if (!query_start_loc) return T;
-    int64_t s = 0;
-    while (s < S && query_start_loc[s + 1] - query_start_loc[s] == 1) s++;
-    return query_start_loc[s];
-}
-
 void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
                          const float *input_norm, const float *post_norm, float eps,
                          const void *const *w, const int32_t *fmts, int act,
@@ -683,11 +675,10 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
                          const int64_t *positions, const float *cos_sin, void *k_cache,
                          void *v_cache, int kv_dtype, const int64_t *slots, int64_t B,
                          const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
-                         const int32_t *query_start_loc, int64_t S, float scale, void *out,
-                         int threads) {
+                         const int32_t *query_start_loc, int64_t S, int64_t single,
+                         float scale, void *out, int threads) {
     size_t a = elem_size(act);
     int64_t n_qkv = (H + 2 * KVH) * D, widest = n_qkv > 2 * I ? n_qkv : 2 * I;
-    int64_t single = single_rows(query_start_loc, S, T);
     char *normed = (char *)malloc((size_t)(T * hidden) * a);
     char *wide = (char *)malloc((size_t)(T * widest) * a); /* qkv, then gate_up */
     float *q = (float *)malloc((size_t)(T * H * D) * 4);
@@ -730,8 +721,8 @@ int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x,
                         int64_t H, int64_t KVH, int64_t D, int64_t I, const int64_t *positions,
                         const float *cos_sin, int kv_dtype, const int64_t *slots, int64_t B,
                         const int32_t *block_tables, int64_t stride, const int32_t *seq_lens,
-                        const int32_t *query_start_loc, int64_t S, float scale, void *out,
-                        int threads) {
+                        const int32_t *query_start_loc, int64_t S, int64_t single,
+                        float scale, void *out, int threads) {
     int i = 0;
     for (; i < n; i++) {
         if (i >= min_layers && stop && stop()) break;
@@ -740,7 +731,7 @@ int laser_decoder_stack(int n, int min_layers, int (*stop)(void), const void *x,
                             (const float *)l[4], (const float *)l[5], eps, l, fmts + 4 * i, act,
                             T, hidden, H, KVH, D, I, positions, cos_sin, (void *)l[6],
                             (void *)l[7], kv_dtype, slots, B, block_tables, stride, seq_lens,
-                            query_start_loc, S, scale, out, threads);
+                            query_start_loc, S, single, scale, out, threads);
     }
     return i;
 }

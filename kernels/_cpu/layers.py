@@ -38,7 +38,7 @@ def _step_args(positions: torch.Tensor, cos_sin: torch.Tensor, meta) -> tuple:
         meta.native_args = (positions, positions.data_ptr(), cos_sin.data_ptr(),
                             meta.slot_mapping.data_ptr(), meta.block_tables.data_ptr(),
                             meta.block_tables.shape[1], meta.seq_lens.data_ptr(), qsl,
-                            meta.num_seqs)
+                            meta.num_seqs, meta.single_rows)
     return meta.native_args
 
 
@@ -59,7 +59,8 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
     _check(x, "x", *_ACTS)
     _check(residual, "residual", torch.float32)
     kv_dtype = _check_kv(*kv_cache)
-    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
+    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs, single = _step_args(
+        positions, cos_sin, meta)
     num_tokens, hidden = x.shape
     num_heads, num_kv_heads, head_dim = heads
     k_cache, v_cache = kv_cache
@@ -69,7 +70,7 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
         norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
         hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
         k_cache.data_ptr(), v_cache.data_ptr(), kv_dtype, slots, k_cache.shape[1], tables,
-        stride, lens, qsl, num_seqs, scale, out.data_ptr(), _gemm_threads(num_tokens))
+        stride, lens, qsl, num_seqs, single, scale, out.data_ptr(), _gemm_threads(num_tokens))
     return out
 
 
@@ -123,7 +124,8 @@ def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: S
                                                               x.data_ptr()):
         raise ValueError("decoder_stack: x, residual and out must be [T, hidden], out not x "
                          "on the first layer")
-    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs = _step_args(positions, cos_sin, meta)
+    _, pos, cs, slots, tables, stride, lens, qsl, num_seqs, single = _step_args(
+        positions, cos_sin, meta)
     num_heads, num_kv_heads, head_dim = heads
     layers = ctypes.cast(ctypes.byref(stack.pointers, 8 * start * ctypes.sizeof(ctypes.c_void_p)),
                          ctypes.c_void_p)
@@ -134,5 +136,5 @@ def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: S
         stack.num_layers - start, min_layers, callback, x.data_ptr(), DTYPES[x.dtype],
         residual.data_ptr(), int(first), layers, formats, eps, DTYPES[act], num_tokens, hidden,
         num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, stack.kv_dtype, slots,
-        block_size, tables, stride, lens, qsl, num_seqs, scale, out.data_ptr(),
+        block_size, tables, stride, lens, qsl, num_seqs, single, scale, out.data_ptr(),
         _gemm_threads(num_tokens))
