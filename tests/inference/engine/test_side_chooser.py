@@ -3,7 +3,7 @@ learned from the step times it is told of."""
 
 from __future__ import annotations
 
-from inference.engine.runner import BF16_SIDE, QUANT_SIDE, SideChooser
+from inference.engine.sides import BF16_SIDE, QUANT_SIDE, SideChooser
 
 
 def drive(chooser: SideChooser, n: int, steps: int, seconds) -> list[int]:
