@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from kernels.activation import silu_and_mul
 from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
-from kernels.cpu_allocator import tune_cpu_allocator
+from kernels.cpu_allocator import tune_cpu_allocator, zeros_in_huge_pages
 from kernels.decode_attention import block_index, paged_decode_attention
 from kernels.dispatch import backend, use_native, use_triton
 from kernels.kv_cache import write_kv
@@ -65,6 +65,7 @@ __all__ = [
     "rotary_embedding",
     "silu_and_mul",
     "tune_cpu_allocator",
+    "zeros_in_huge_pages",
     "unpacked",
     "use_native",
     "use_triton",

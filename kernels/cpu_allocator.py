@@ -13,10 +13,14 @@ import ctypes
 import ctypes.util
 import sys
 
+import torch
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc caps the mmap threshold at 32 MiB on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
+_MADV_HUGEPAGE = 14
+_HUGE_PAGE = 2 * 1024 * 1024
 
 
 def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> bool:
@@ -35,3 +39,27 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> bool:
     mallopt.restype = ctypes.c_int
     ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1
     return mallopt(_M_TRIM_THRESHOLD, min(trim_threshold, 2**31 - 1)) == 1 and ok
+
+
+def zeros_in_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed CPU tensor whose whole 2 MiB pages are asked to be huge pages
+    (``madvise(MADV_HUGEPAGE)``, before the zeroing first touches them).
+
+    Why: the paged KV cache is read a few hundred bytes at a time from blocks scattered over
+    gigabytes, so with 4 KiB pages nearly every block read misses the TLB; the decode
+    attention of 64 sequences x 128 tokens over a 2 GiB cache took 21-25 ms a step against
+    25-27 ms without (docs/engine.md). Where the kernel's transparent huge pages are off (or
+    not Linux) the advice fails silently and the tensor is as ``torch.zeros`` makes it.
+    """
+    t = torch.empty(shape, dtype=dtype)
+    nbytes = t.numel() * t.element_size()
+    start = -(-t.data_ptr() // _HUGE_PAGE) * _HUGE_PAGE
+    end = (t.data_ptr() + nbytes) // _HUGE_PAGE * _HUGE_PAGE
+    if sys.platform.startswith("linux") and end > start:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                         ctypes.c_int(_MADV_HUGEPAGE))
+        except (OSError, AttributeError):
+            pass
+    return t.zero_()

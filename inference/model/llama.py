@@ -205,5 +205,8 @@ class LlamaModel(nn.Module):
         dtype = dtype or self.embed_tokens.dtype
         device = device or self.embed_tokens.device
         shape = self.kv_cache_shape(num_blocks, block_size)
+        if torch.device(device).type == "cpu":  # blocks read scattered: huge pages (kernels)
+            return [(kernels.zeros_in_huge_pages(shape, dtype),
+                     kernels.zeros_in_huge_pages(shape, dtype)) for _ in self.layers]
         return [(torch.zeros(shape, dtype=dtype, device=device),
                  torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]

@@ -201,50 +201,47 @@ static inline __attribute__((always_inline)) __m512 load_kv16(const char *p, con
     return _mm512_loadu_ps((const float *)p);
 }
 
-/* attention of one KV head's G query rows (G <= 4) over len cached rows of head_dim 64: each
- * K and V row is loaded once for all G queries (K rows 16 at a time, their dot products
- * summed together by sum16), the V accumulators stay in registers. The caches hold KV
- * (float32 or float16: a decode step at 64 streams reads more cache than weights, and
- * float16 halves it). The V rows are fetched while the scores compute. */
-static inline __attribute__((always_inline)) void attend_64(
-    const float *q, int G, const char *k_cache, const char *v_cache, const int64_t *rows,
-    int64_t len, int64_t KVH, int64_t kh, float scale, float *scores, float *out,
-    const int KV) {
-    const int64_t rb = 64 * (KV == F16 ? 2 : 4); /* bytes of a head's row */
+/* The scores of one KV head's G query rows (G <= 4, head_dim 64) against cached rows
+ * [t0, t0 + 16) (len in all, the last tile shorter): each K row is loaded for all G queries,
+ * the 16 dot products summed together by sum16; written to scores[g * len + t]. */
+static inline __attribute__((always_inline)) void scores_16(
+    const float *q, int G, const char *k_cache, const int64_t *rows, int64_t t0, int64_t len,
+    int64_t KVH, int64_t kh, __m512 sv, float *scores, const int KV) {
+    const int64_t rb = 64 * (KV == F16 ? 2 : 4), e = rb / 4; /* a head's row; 16 values */
+    int n = len - t0 < 16 ? (int)(len - t0) : 16;
+    __mmask16 live = (__mmask16)((1u << n) - 1);
+    const char *kr[16];
+    for (int i = 0; i < 16; i++) kr[i] = k_cache + (rows[t0 + (i < n ? i : 0)] * KVH + kh) * rb;
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + g * 64;
+        __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
+        __m512 q2 = _mm512_loadu_ps(qg + 32), q3 = _mm512_loadu_ps(qg + 48);
+        __m512 d[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const char *k = kr[i];
+            __m512 x = _mm512_mul_ps(q0, load_kv16(k, KV));
+            x = _mm512_fmadd_ps(q1, load_kv16(k + e, KV), x);
+            x = _mm512_fmadd_ps(q2, load_kv16(k + 2 * e, KV), x);
+            d[i] = _mm512_fmadd_ps(q3, load_kv16(k + 3 * e, KV), x);
+        }
+        _mm512_mask_storeu_ps(scores + g * len + t0, live, _mm512_mul_ps(sum16(d), sv));
+    }
+}
+
+/* softmax of one KV head's G score rows, then their weighted sums of the V rows (the
+ * accumulators stay in registers) into out[g * 64 ..] */
+static inline __attribute__((always_inline)) void values_64(
+    int G, const char *v_cache, const int64_t *rows, int64_t len, int64_t KVH, int64_t kh,
+    float *scores, float *out, const int KV) {
+    const int64_t rb = 64 * (KV == F16 ? 2 : 4), e = rb / 4;
+    float sum[4];
+    for (int g = 0; g < G; g++) sum[g] = exp_sum(scores + g * len, len);
     __m512 acc[4][4];
     for (int g = 0; g < G; g++)
         for (int j = 0; j < 4; j++) acc[g][j] = _mm512_setzero_ps();
-    const __m512 sv = _mm512_set1_ps(scale);
-    for (int64_t t0 = 0; t0 < len; t0 += 16) {
-        int n = len - t0 < 16 ? (int)(len - t0) : 16;
-        __mmask16 live = (__mmask16)((1u << n) - 1);
-        const char *kr[16];
-        for (int i = 0; i < 16; i++) kr[i] = k_cache + (rows[t0 + (i < n ? i : 0)] * KVH + kh) * rb;
-        fetch_rows(v_cache, rows, t0, t0 + n, KVH, kh, rb, 0);
-        fetch_rows(k_cache, rows, t0 + 16, t0 + 32 < len ? t0 + 32 : len, KVH, kh, rb, 1);
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + g * 64;
-            __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16);
-            __m512 q2 = _mm512_loadu_ps(qg + 32), q3 = _mm512_loadu_ps(qg + 48);
-            __m512 d[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) {
-                const char *k = kr[i];
-                const int64_t e = rb / 4; /* 16 values */
-                __m512 x = _mm512_mul_ps(q0, load_kv16(k, KV));
-                x = _mm512_fmadd_ps(q1, load_kv16(k + e, KV), x);
-                x = _mm512_fmadd_ps(q2, load_kv16(k + 2 * e, KV), x);
-                d[i] = _mm512_fmadd_ps(q3, load_kv16(k + 3 * e, KV), x);
-            }
-            __m512 sc = _mm512_mul_ps(sum16(d), sv);
-            _mm512_mask_storeu_ps(scores + g * len + t0, live, sc);
-        }
-    }
-    float sum[4];
-    for (int g = 0; g < G; g++) sum[g] = exp_sum(scores + g * len, len);
     for (int64_t t = 0; t < len; t++) {
         const char *v = v_cache + (rows[t] * KVH + kh) * rb;
-        const int64_t e = rb / 4;
         __m512 v0 = load_kv16(v, KV), v1 = load_kv16(v + e, KV);
         __m512 v2 = load_kv16(v + 2 * e, KV), v3 = load_kv16(v + 3 * e, KV);
         for (int g = 0; g < G; g++) {
@@ -259,6 +256,47 @@ static inline __attribute__((always_inline)) void attend_64(
         __m512 inv = _mm512_set1_ps(1.0f / sum[g]);
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(out + g * 64 + j * 16, _mm512_mul_ps(acc[g][j], inv));
     }
+}
+
+/* attention of one KV head's G query rows (G <= 4) over len cached rows of head_dim 64
+ * (scores_16, then values_64). The caches hold KV (float32 or float16: a decode step at 64
+ * streams reads more cache than weights, and float16 halves it). The V rows are fetched
+ * while the scores compute, the next tile's K rows while this one's do. */
+static inline __attribute__((always_inline)) void attend_64(
+    const float *q, int G, const char *k_cache, const char *v_cache, const int64_t *rows,
+    int64_t len, int64_t KVH, int64_t kh, float scale, float *scores, float *out,
+    const int KV) {
+    const int64_t rb = 64 * (KV == F16 ? 2 : 4);
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int64_t t0 = 0; t0 < len; t0 += 16) {
+        fetch_rows(v_cache, rows, t0, t0 + 16 < len ? t0 + 16 : len, KVH, kh, rb, 0);
+        fetch_rows(k_cache, rows, t0 + 16, t0 + 32 < len ? t0 + 32 : len, KVH, kh, rb, 1);
+        scores_16(q, G, k_cache, rows, t0, len, KVH, kh, sv, scores, KV);
+    }
+    values_64(G, v_cache, rows, len, KVH, kh, scores, out, KV);
+}
+
+/* the same for every KV head of one decode row (q: its KVH * G query heads; scores: KVH * G
+ * rows of len), each head's arithmetic as attend_64's, so the results are the same bits. A
+ * token's rows of all heads lie side by side in the cache, so the tiles walk each block from
+ * end to end (one head's rows are a third of every token's bytes: read head by head, the
+ * scattered blocks of a long-running server's cache took twice the time of adjacent ones);
+ * K is fetched two tiles ahead, all heads' V rows while the scores compute. */
+static inline __attribute__((always_inline)) void attend_64_heads(
+    const float *q, int G, const char *k_cache, const char *v_cache, const int64_t *rows,
+    int64_t len, int64_t KVH, float scale, float *scores, float *out, const int KV) {
+    const int64_t rb = 64 * (KV == F16 ? 2 : 4), tb = KVH * rb; /* a head's, a token's */
+    const __m512 sv = _mm512_set1_ps(scale);
+    fetch_rows(k_cache, rows, 0, 32 < len ? 32 : len, 1, 0, tb, 1);
+    for (int64_t t0 = 0; t0 < len; t0 += 16) {
+        fetch_rows(v_cache, rows, t0, t0 + 16 < len ? t0 + 16 : len, 1, 0, tb, 0);
+        fetch_rows(k_cache, rows, t0 + 32, t0 + 48 < len ? t0 + 48 : len, 1, 0, tb, 1);
+        for (int64_t kh = 0; kh < KVH; kh++)
+            scores_16(q + kh * G * 64, G, k_cache, rows, t0, len, KVH, kh, sv,
+                      scores + kh * G * len, KV);
+    }
+    for (int64_t kh = 0; kh < KVH; kh++)
+        values_64(G, v_cache, rows, len, KVH, kh, scores + kh * G * len, out + kh * G * 64, KV);
 }
 #endif
 
@@ -386,7 +424,9 @@ static void attend(const float *q, int64_t G, int64_t D, const char *k_cache,
  * query_start_loc: [S + 1] int32, sequence s owning rows [qsl[s], qsl[s + 1]), its last
  * positions (NULL: one row each, a decode step); out: [T, H, D] in out_dtype. Query head h
  * reads KV head h / (H / KVH). One task per sequence and KV head, over up to `threads`
- * threads of the pool. */
+ * threads of the pool; with AVX-512, head_dim 64 and enough sequences for every thread, a
+ * sequence's one decode row is attended by its first head's task for every head
+ * (attend_64_heads: whole tokens' rows in order) and its other heads' tasks do nothing. */
 typedef struct {
     const float *q;
     const char *k_cache, *v_cache;
@@ -396,6 +436,7 @@ typedef struct {
     float scale;
     char *out;
     int out_dtype;
+    int heads; /* a decode row's first-head task attends every head (attend_64_heads) */
 } attn_job;
 
 static void attn_task(void *arg, int64_t task) {
@@ -404,11 +445,28 @@ static void attn_task(void *arg, int64_t task) {
     int64_t G = H / j->KVH, seq_len = j->seq_lens[s];
     int64_t first = j->query_start_loc ? j->query_start_loc[s] : s;
     int64_t q_len = j->query_start_loc ? j->query_start_loc[s + 1] - first : 1;
-    float *scores = (float *)malloc((size_t)(G * seq_len) * 4);
+    int heads = j->heads && q_len == 1;
+    if (heads && kh) return;
+    int64_t nh = heads ? j->KVH : 1; /* KV heads this task attends */
+    float *scores = (float *)malloc((size_t)(nh * G * seq_len) * 4);
     int64_t *rows = (int64_t *)malloc((size_t)seq_len * 8);
-    float *acc = (float *)malloc((size_t)(G * D + D) * 4), *scratch = acc + G * D;
+    float *acc = (float *)malloc((size_t)(nh * G * D + D) * 4), *scratch = acc + nh * G * D;
     const int32_t *table = j->block_tables + s * j->stride;
     for (int64_t t = 0; t < seq_len; t++) rows[t] = (int64_t)table[t / B] * B + t % B;
+#ifdef __AVX512F__
+    if (heads) {
+        const float *qh = j->q + first * H * D;
+        if (j->kv_dtype == F16)
+            attend_64_heads(qh, (int)G, j->k_cache, j->v_cache, rows, seq_len, j->KVH,
+                            j->scale, scores, acc, F16);
+        else
+            attend_64_heads(qh, (int)G, j->k_cache, j->v_cache, rows, seq_len, j->KVH,
+                            j->scale, scores, acc, F32);
+        store_row(acc, H * D, j->out + (size_t)(first * H * D) * elem_size(j->out_dtype),
+                  j->out_dtype);
+        q_len = 0;
+    }
+#endif
     for (int64_t i = 0; i < q_len; i++) {
         int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
         const float *qh = j->q + (row * H + kh * G) * D;
@@ -436,9 +494,13 @@ void laser_paged_attention(const float *q, const void *k_cache, const void *v_ca
                            const int32_t *seq_lens, const int32_t *query_start_loc, int64_t S,
                            int64_t H, int64_t KVH, int64_t D, int64_t B, float scale,
                            void *out, int out_dtype, int threads) {
+    int heads = 0;
+#ifdef __AVX512F__
+    heads = D == 64 && H / KVH <= 4 && KVH > 1 && S >= 4 * (int64_t)threads;
+#endif
     attn_job j = {q, (const char *)k_cache, (const char *)v_cache, kv_dtype, block_tables,
                   seq_lens, query_start_loc, stride, H, KVH, D, B, scale, (char *)out,
-                  out_dtype};
+                  out_dtype, heads};
     laser_pool_run(attn_task, &j, S * KVH, threads);
 }
 

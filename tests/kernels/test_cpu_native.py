@@ -114,6 +114,34 @@ def test_attention_over_a_float16_cache_is_the_attention_over_its_values(shape, 
         _cpu.paged_attention(q, k16, v_cache, tables, lens, 1.0, torch.float32)
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_decode_attention_is_the_same_bits_however_its_work_is_split(kv_dtype) -> None:
+    """Enough sequences for every thread and AVX-512: a row's heads are attended in one task
+    (whole tokens in order); fewer, one task per head. Each head's arithmetic is the same, so
+    the result is too, bit for bit, and a mixed step's decode rows get it as well."""
+    seq_lens = [1, 16, 17, 90, 33, 200, 5, 64, 31, 2, 48, 150, 77, 16, 9, 120]
+    k_cache, v_cache, tables = make_paged(seq_lens, 16, 3, 64)
+    k_cache, v_cache = k_cache.to(kv_dtype), v_cache.to(kv_dtype)
+    q = torch.randn(len(seq_lens), 9, 64)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    ref = naive_decode(q, k_cache.float(), v_cache.float(), tables, seq_lens, 0.125)
+    outs = []
+    try:
+        for threads in (1, 2, 3, 8):  # 16 sequences: one task a row up to 4 threads
+            _cpu.set_threads(threads)
+            outs.append(_cpu.paged_attention(q, k_cache, v_cache, tables, lens, 0.125,
+                                             torch.float32))
+        _cpu.set_threads(1)
+        qsl = torch.arange(len(seq_lens) + 1, dtype=torch.int32)  # one row each, as chunks
+        outs.append(_cpu.paged_attention(q, k_cache, v_cache, tables, lens, 0.125,
+                                         torch.float32, qsl))
+    finally:
+        _cpu.set_threads(0)
+    assert rel_err(outs[0], ref) < 1e-6
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=0, atol=0)
+
+
 def test_rope_write_kv_into_a_float16_cache_rounds_what_it_writes() -> None:
     heads, kv_heads, dim, tokens = 9, 3, 64, 5
     cos_sin = build_cos_sin_cache(dim, 512, 10000.0)
