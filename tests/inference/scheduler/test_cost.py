@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from inference.scheduler import EwmaCostEstimator, LinearCost
-from inference.scheduler.cost import max_tokens_within
+from inference.scheduler.cost import EwmaLine, max_tokens_within
 
 
 def test_ewma_learns_a_line_from_measured_steps():
@@ -68,6 +68,38 @@ def test_ewma_prompt_steps_stand_in_for_decode_steps_until_one_runs():
     assert est.decode.per_token == pytest.approx(slope * 0.02 / 0.04)
     est.observe_step(20, 0.05, 10)  # now prompt steps teach what they add
     assert est.step_time(20, 0, 10) == pytest.approx(0.05)
+
+
+def test_ewma_steps_of_one_width_move_the_level_not_the_slope():
+    """64 streams' prompt chunks are 9-11 tokens for long stretches; a noisy machine made the
+    unguarded fit's slope 22 ms a token (1.1 ms measured) and admission refused requests."""
+    guarded, plain = EwmaLine(0.0, 1e-3, 0.05, spread=0.25), EwmaLine(0.0, 1e-3, 0.05)
+    for line in (guarded, plain):
+        for i in range(200):  # wide chunks first: the slope is learned, 1 ms a token
+            line.observe(1 + (i * 37) % 256, 0.002 + 1e-3 * (1 + (i * 37) % 256))
+        for i in range(200):  # then 9-11 tokens, the 11s slow: noise, not a slope
+            x = 9 + i % 3
+            line.observe(x, 0.002 + 1e-3 * x + (0.02 if x == 11 else 0.0))
+    level = 0.002 + 0.010 + 0.02 / 3  # what 10 tokens took, on average
+    assert plain.per_token > 5e-3 and plain.at(10) > 2 * level
+    # frozen where the widths stopped spreading (the window then still held wide steps)
+    assert guarded.per_token < 2.5e-3
+    assert guarded.at(10) == pytest.approx(level, rel=0.1)
+
+
+def test_ewma_one_slow_step_moves_a_clipped_line_a_little():
+    clipped, plain = EwmaLine(0.01, 1e-3, 0.1, clip=3.0), EwmaLine(0.01, 1e-3, 0.1)
+    for line in (clipped, plain):
+        for i in range(100):
+            rows = 1 + (i * 37) % 64
+            line.observe(rows, 0.010 + 1e-3 * rows + (0.001 if i % 2 else -0.001))
+        line.observe(32, 0.042 + 0.100)  # another process took the cores for 100 ms
+    assert plain.at(32) > 0.042 + 0.008
+    assert clipped.at(32) < 0.042 + 0.002
+    for i in range(200):  # a lasting change is followed all the same: the machine got slower
+        rows = 1 + (i * 37) % 64
+        clipped.observe(rows, 2 * (0.010 + 1e-3 * rows))
+    assert clipped.at(32) == pytest.approx(0.084, rel=0.02)
 
 
 def test_max_tokens_within_prices_tokens_past_the_decode_rows_as_prompt():
