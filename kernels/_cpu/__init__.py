@@ -1,5 +1,6 @@
-"""Laser's C kernels for the CPU (``laser_cpu.c``, the quantized matmul ``laser_quant.c`` and
-the thread pool ``laser_pool.c``): build once per machine, load with ctypes.
+"""Laser's C kernels for the CPU (``laser_cpu.c``, the attention ``laser_attention.c``, the
+quantized matmul ``laser_quant.c`` and the thread pool ``laser_pool.c``): build once per machine,
+load with ctypes.
 
 The library is compiled on first use with the machine's C compiler (``CC``, default ``cc``)
 into ``LASER_NATIVE_DIR`` (default ``~/.cache/laser/native``), under a name that hashes the
@@ -29,7 +30,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in
-                ("laser_cpu.c", "laser_quant.c", "laser_pool.c", "laser_cpu.h"))
+                ("laser_cpu.c", "laser_attention.c", "laser_quant.c", "laser_pool.c",
+                 "laser_cpu.h"))
 # -fno-trapping-math: fast_exp's clamps become selects, so its loops vectorise (the same
 # operations on each lane: the same bits); without it the SiLU and softmax loops ran scalar
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
