@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -23,17 +25,28 @@ _MADV_HUGEPAGE = 14
 _HUGE_PAGE = 2 * 1024 * 1024
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
+def _libc_function(name: str) -> Callable | None:
+    """``name`` from the C library on Linux; None elsewhere or where it has no such one."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(_libc(), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> bool:
     """Make glibc keep freed tensors (up to 32 MiB each) for reuse; True if it took effect.
 
     A no-op returning False off glibc (macOS, musl) or when ``mallopt`` refuses.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -55,11 +68,7 @@ def zeros_in_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Ten
     nbytes = t.numel() * t.element_size()
     start = -(-t.data_ptr() // _HUGE_PAGE) * _HUGE_PAGE
     end = (t.data_ptr() + nbytes) // _HUGE_PAGE * _HUGE_PAGE
-    if sys.platform.startswith("linux") and end > start:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
-                         ctypes.c_int(_MADV_HUGEPAGE))
-        except (OSError, AttributeError):
-            pass
+    madvise = _libc_function("madvise") if end > start else None
+    if madvise is not None:
+        madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_HUGEPAGE)
     return t.zero_()

@@ -84,11 +84,10 @@ class EwmaLine:
     Two guards for a noisy machine, both off by default: ``clip`` > 0 limits how far one step
     moves the line (its residual is clipped to ``clip`` times the running mean absolute
     residual, after 8 samples: a step slowed by another process is not a slope), and
-    ``spread`` > 0 pulls the slope toward the prior's (ridge) while the recent token counts
-    spread less than ``spread`` times their mean: steps of nearly one width pin the line's
-    level, not its slope. Without them, 64 streams' prompt chunks of 9-11 tokens fitted slopes
-    up to 22 ms a prompt token (1.1 ms measured), and admission refused 41 of 128 requests
-    as a "44 s" backlog (docs/engine.md).
+    ``spread`` > 0 keeps the slope, learning only the level, while the recent token counts
+    spread less than ``spread`` times their mean (steps of nearly one width say nothing of
+    the slope). Without them, 64 streams' prompt chunks of 9-11 tokens fitted slopes up to
+    22 ms a prompt token where 1.1 ms was measured (docs/engine.md).
     """
 
     def __init__(self, base: float, per_token: float, alpha: float, *, clip: float = 0.0,
@@ -108,13 +107,14 @@ class EwmaLine:
 
     def observe(self, num_tokens: int, seconds: float) -> None:
         x, y = float(num_tokens), float(seconds)
-        if self.clip and self.samples >= 8:
+        if self.clip:
             r = y - self.at(num_tokens)
-            bound = self.clip * self._mad
-            self._mad += self.alpha * (abs(r) - self._mad)
-            y = self.at(num_tokens) + max(-bound, min(bound, r))
-        elif self.clip:
-            self._mad += (abs(y - self.at(num_tokens)) - self._mad) / (self.samples + 1)
+            if self.samples >= 8:
+                bound = self.clip * self._mad
+                y -= r - max(-bound, min(bound, r))
+                self._mad += self.alpha * (abs(r) - self._mad)
+            else:  # a plain mean of the first residuals
+                self._mad += (abs(r) - self._mad) / (self.samples + 1)
         a = self.alpha if self.samples else 1.0
         self.samples += 1
         self._mx += a * (x - self._mx)

@@ -1,7 +1,7 @@
 /* Laser's paged attention on the CPU: each query row against its sequence's cached keys and
  * values, read in place from the paged KV cache (float32 or float16), split over
- * laser_pool.c's workers. Split from laser_cpu.c (the rest of a decoder layer), which calls
- * laser_paged_attention between the qkv and o projections.
+ * laser_pool.c's workers. laser_cpu.c's decoder layer calls laser_paged_attention between its
+ * qkv and o projections.
  */
 #include "laser_cpu.h"
 
@@ -319,8 +319,7 @@ static void attn_task(void *arg, int64_t task) {
                             j->scale, scores, acc, F32);
         store_row(acc, H * D, j->out + (size_t)(first * H * D) * elem_size(j->out_dtype),
                   j->out_dtype);
-        q_len = 0;
-    }
+    } else
 #endif
     for (int64_t i = 0; i < q_len; i++) {
         int64_t row = first + i, len = seq_len - q_len + 1 + i; /* causal: up to itself */
