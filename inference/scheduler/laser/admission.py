@@ -20,13 +20,21 @@ def cold_job_cost(seq: Sequence, sp: Speeds, concurrency: int) -> float:
 
 
 def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Speeds, *,
-               share: float, concurrency: int, safety: float) -> None:
+               share: float, concurrency: int, safety: float, queued_tokens: int = 0) -> None:
     """Raise ``AdmissionRefused`` unless the new cold sequences and every admitted cold
-    sequence with a later deadline can still finish in time.
+    sequence with a deadline can still finish in time.
 
     Model: cold is served earliest deadline first with ``share`` of the machine; a job
-    finishes once the work of every job due before it is done, and never before its own
-    decode alone would (one token per step).
+    finishes once the work of every job due before it is done, and no later than the
+    smaller of two bounds on running alone from now on (``_bound_s``): each of its steps a
+    full one (the whole token budget), or its own work plus every other token queued
+    (``queued_tokens``: prompt and expected output of every live sequence, the new ones
+    too), each at most one token's price and one step's fixed cost (it may share a step or
+    take one without it). The newcomers' tokens raise every admitted job's second bound so,
+    and they are refused if that tips one over. With the first bound alone, a 256-token
+    request was refused the platform's 300 s minimum deadline on an idle 2-core engine
+    (full steps of 4.2 s; it needed about 1.5 s); the second one alone refuses cold work
+    behind a long queue of other tiers that the first admits.
     """
     share = max(share, 0.05)
     deadlines = sorted((s.deadline, cold_job_cost(s, sp, concurrency))
@@ -44,7 +52,7 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
         pos = bisect.bisect_right(keys, seq.deadline)
         first = min(first, pos)
         ahead = (cum[pos - 1] if pos else 0.0) + added + cost
-        finish = now + max(safety * ahead / share, work_s(seq, sp, worst=True))
+        finish = now + max(safety * ahead / share, _bound_s(seq, sp, queued_tokens))
         if finish > seq.deadline:
             raise AdmissionRefused(
                 f"cold request cannot meet its deadline at current load: estimated finish in "
@@ -53,6 +61,26 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
         added += cost
     if added:
         _check_later(deadlines[first:], cum[first:], added, now, share, safety)
+    new_tokens = sum(_tokens(s) for s in new)
+    for seq in admitted:  # (``admitted`` does not hold ``new``)
+        if seq.deadline is not None and (
+                now + _bound_s(seq, sp, queued_tokens) > seq.deadline
+                >= now + _bound_s(seq, sp, queued_tokens - new_tokens)):
+            raise AdmissionRefused(
+                "cold request would push admitted cold work past its deadline",
+                tier=Tier.COLD, retry_after_s=None)
+
+
+def _tokens(seq: Sequence) -> int:
+    return prefill_left(seq) + seq.expected_output_left
+
+
+def _bound_s(seq: Sequence, sp: Speeds, queued_tokens: int) -> float:
+    left, out = prefill_left(seq), seq.expected_output_left
+    chunks = -(-(left + 1) // sp.chunk) - 1
+    own = (left + out) * sp.per_token_s + (chunks + out) * sp.base_s
+    others = max(0, queued_tokens - left - out) * (sp.per_token_s + sp.base_s)
+    return min(work_s(seq, sp, worst=True), own + others)
 
 
 def _check_later(deadlines, cum, added, now, share, safety) -> None:

@@ -71,6 +71,35 @@ def test_admission_refuses_cold_that_cannot_meet_its_deadline():
     sched.add(make_request("ok", 8, max_tokens=10, tier=Tier.COLD, deadline=30.0), 0.0)
 
 
+def _idle_cpu_like():
+    # a CPU engine's shape: 5 ms a step, 2 ms a token, a step budget of 2,048 tokens (4.1 s)
+    return laser(knobs(OFF, admission_enabled=True), cost=LinearCost(0.005, 0.002),
+                 max_num_batched_tokens=2048, long_prefill_chunk=2048, num_blocks=128)
+
+
+def test_admission_bounds_a_cold_job_by_the_work_queued_not_only_by_full_steps():
+    # 200 tokens priced at a full step each: 820 s. Its own work with nothing else queued:
+    # 207 tokens at 2 ms and 200 steps at 5 ms, 1.4 s. (Priced by full steps alone, a
+    # 256-token request was refused the 300 s minimum deadline on an idle engine.)
+    sched = _idle_cpu_like()
+    sched.add(make_request("c", 8, max_tokens=200, tier=Tier.COLD, deadline=300.0), 0.0)
+    with pytest.raises(AdmissionRefused, match="cannot meet"):
+        sched.add(make_request("d", 8, max_tokens=200, tier=Tier.COLD, deadline=2.0,
+                               salt="d"), 0.0)  # 1.4 s of its own and c's 207 tokens
+
+
+def test_a_newcomers_tokens_must_not_push_an_admitted_job_past_its_bound():
+    # a: 0.71 s of its own work for a 2 s deadline. b (due in 300 s) fits itself, but its 207
+    # tokens, each a token and a step (7 ms), would add 1.45 s to a's bound.
+    sched = _idle_cpu_like()
+    sched.add(make_request("a", 8, max_tokens=100, tier=Tier.COLD, deadline=2.0), 0.0)
+    with pytest.raises(AdmissionRefused, match="push admitted"):
+        sched.add(make_request("b", 8, max_tokens=200, tier=Tier.COLD, deadline=300.0,
+                               salt="b"), 0.0)
+    sched.add(make_request("e", 8, max_tokens=20, tier=Tier.COLD, deadline=300.0,
+                           salt="e"), 0.0)  # 27 tokens: a's bound 0.9 s
+
+
 def test_admission_plans_for_the_profiles_expected_output_not_max_tokens():
     """The request's profile is what the scheduler plans from: a job expected to stop after
     10 of its 50 allowed tokens meets a deadline the 50-token worst case would not."""
