@@ -76,10 +76,11 @@ def _tokens(seq: Sequence) -> int:
 
 
 def _bound_s(seq: Sequence, sp: Speeds, queued_tokens: int) -> float:
+    """Seconds until the job is done at the latest (``check_cold``): the smaller bound."""
     left, out = prefill_left(seq), seq.expected_output_left
     chunks = -(-(left + 1) // sp.chunk) - 1
     own = (left + out) * sp.per_token_s + (chunks + out) * sp.base_s
-    others = max(0, queued_tokens - left - out) * (sp.per_token_s + sp.base_s)
+    others = max(0, queued_tokens - _tokens(seq)) * (sp.per_token_s + sp.base_s)
     return min(work_s(seq, sp, worst=True), own + others)
 
 
