@@ -8,7 +8,7 @@ from collections.abc import Sequence as Seqs
 
 from inference.errors import AdmissionRefused, EngineOverloaded
 from inference.request import Tier
-from inference.scheduler.laser.slack import Speeds, prefill_left, work_s
+from inference.scheduler.laser.slack import Speeds, prefill_left, tokens_left, work_s
 from inference.sequence import Sequence
 
 
@@ -61,7 +61,7 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
         added += cost
     if added:
         _check_later(deadlines[first:], cum[first:], added, now, share, safety)
-    new_tokens = sum(_tokens(s) for s in new)
+    new_tokens = sum(map(tokens_left, new))
     for seq in admitted:  # (``admitted`` does not hold ``new``)
         if seq.deadline is not None and (
                 now + _bound_s(seq, sp, queued_tokens) > seq.deadline
@@ -71,17 +71,12 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
                 tier=Tier.COLD, retry_after_s=None)
 
 
-def _tokens(seq: Sequence) -> int:
-    return prefill_left(seq) + seq.expected_output_left
-
-
 def _bound_s(seq: Sequence, sp: Speeds, queued_tokens: int) -> float:
     """Seconds until the job is done at the latest (``check_cold``): the smaller bound."""
-    left, out = prefill_left(seq), seq.expected_output_left
-    chunks = -(-(left + 1) // sp.chunk) - 1
-    own = (left + out) * sp.per_token_s + (chunks + out) * sp.base_s
-    others = max(0, queued_tokens - _tokens(seq)) * (sp.per_token_s + sp.base_s)
-    return min(work_s(seq, sp, worst=True), own + others)
+    token = sp.per_token_s + sp.base_s  # a token of anyone's, in a step of its own at worst
+    own = work_s(seq, sp, step_s=token)
+    others = max(0, queued_tokens - tokens_left(seq)) * token
+    return min(work_s(seq, sp, step_s=sp.full_step_s), own + others)
 
 
 def _check_later(deadlines, cum, added, now, share, safety) -> None:

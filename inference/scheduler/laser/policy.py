@@ -38,6 +38,7 @@ from inference.scheduler.laser.slack import (
     cold_need_tokens,
     cold_slack,
     prefill_left,
+    tokens_left,
 )
 from inference.scheduler.laser.state import LaserState, PauseState
 from inference.scheduler.plan import StepPlan
@@ -162,8 +163,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         if head.tier is COLD:
             if ab.admission_enabled and head.deadline is not None:
                 admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
-                queued = sum(prefill_left(s) + s.expected_output_left
-                             for s in (*self.seqs.values(), *seqs) if not s.is_finished)
+                queued = sum(map(tokens_left, (*self.seqs.values(), *seqs)))
                 check_cold(seqs, admitted, now, self.speeds, share=1.0 - st.other_load,
                            concurrency=self._cold_concurrency(seqs, len(admitted)),
                            safety=p.cold_need_safety, queued_tokens=queued)

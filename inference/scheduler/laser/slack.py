@@ -41,13 +41,19 @@ def prefill_left(seq: Sequence) -> int:
     return max(0, seq.num_tokens - seq.num_computed_tokens - 1)
 
 
-def work_s(seq: Sequence, sp: Speeds, *, worst: bool = False) -> float:
+def tokens_left(seq: Sequence) -> int:
+    """Tokens the sequence still computes: its prompt left and its expected output."""
+    return prefill_left(seq) + seq.expected_output_left
+
+
+def work_s(seq: Sequence, sp: Speeds, *, step_s: float | None = None) -> float:
     """Seconds the sequence needs if it ran every step from now on: its prompt chunks, each
-    a step of its own but the last (which yields the first token), then one step a token.
-    ``worst`` prices those steps as full ones (others' prefill sharing them)."""
+    a step of its own but the last (which yields the first token), then one step a token,
+    each ``step_s`` (default the cadence, ``sp.step_s``; ``sp.full_step_s`` for steps
+    others' prefill fills)."""
     left = prefill_left(seq)
     chunks = -(-(left + 1) // sp.chunk) - 1
-    step = sp.full_step_s if worst else sp.step_s
+    step = sp.step_s if step_s is None else step_s
     return left * sp.per_token_s + chunks * sp.base_s + seq.expected_output_left * step
 
 
