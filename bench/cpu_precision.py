@@ -14,8 +14,12 @@ first-step logit error relative to float32, how many leading greedy tokens agree
 float32's answer ends (its first end-of-turn token), whether the mode's answer equals
 float32's (all tokens up to that end agree) and, where not, float32's top-2 logit margin at
 the first token that differs; then the answers' text, and a decode step's time at 1 and 16
-sequences in each mode (same process, alternating). Prints a table; writes
-``bench/out/cpu_precision.json``.
+sequences in each mode (same process, alternating). With ``--peer`` (a ``llama-server``
+binary, e.g. the one ``../shared/peers/llama-server.sh`` prints) the peer's own greedy answers
+to the same prompt token ids on the same GGUF (``/completion``, temperature 0, EOS ignored,
+``-t 2``) are compared with float32's in the same way (no logits: no error column; its EOS
+ban makes it part at float32's end-of-turn, so an answer equal up to there counts). Prints a
+table; writes ``bench/out/cpu_precision.json``.
 """
 
 from __future__ import annotations
@@ -102,6 +106,22 @@ def step_ms(model, seqs: int = 16, context: int = 128, repeats: int = 7,
     return times
 
 
+def peer_answers(binary: str, prompts: list[list[int]], tokens: int) -> list[list[int]]:
+    """llama.cpp's greedy tokens (EOS ignored) after each prompt's token ids."""
+    import httpx
+    from peers import free_port, peer_command, peer_server
+
+    cmd = peer_command(binary, 1, tokens, free_port(), 2)
+    out = Path(__file__).resolve().parent / "out"
+    out.mkdir(exist_ok=True)
+    with peer_server(cmd, out / "cpu_precision_peer.log") as url:
+        body = {"n_predict": tokens, "temperature": 0, "ignore_eos": True,
+                "cache_prompt": False, "return_tokens": True}
+        return [httpx.post(f"{url}/completion", json={**body, "prompt": ids}, timeout=120,
+                           headers={"Authorization": "Bearer peer"}).json()["tokens"]
+                for ids in prompts]
+
+
 def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
     # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
@@ -117,6 +137,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--torch-ops", action="store_true",
                     help="the layers on PyTorch ops instead of the C kernels (kernels/_cpu)")
+    ap.add_argument("--peer", default=None, help="llama-server binary: its answers too")
     ap.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1),
                     help="torch threads (default: the platform's LASER_THREADS default)")
     args = ap.parse_args()
@@ -128,10 +149,11 @@ def main() -> None:
 def run(args: argparse.Namespace) -> None:
     modes = {m: load(m) for m in MODES}
     exact = modes["float32"]
+    prompt_ids = [exact.encode_chat([{"role": "user", "content": p}], add_generation_prompt=True)
+                  for p in PROMPTS]
+    peer = peer_answers(args.peer, prompt_ids, args.tokens) if args.peer else None
     rows = []
-    for prompt in PROMPTS:
-        ids = exact.encode_chat([{"role": "user", "content": prompt}],
-                                add_generation_prompt=True)
+    for n, (prompt, ids) in enumerate(zip(PROMPTS, prompt_ids)):
         margins: list[float] = []
         ref, ref_logits = greedy(exact.model, ids, args.tokens, margins)
         end = next((i for i, t in enumerate(ref) if t in exact.stop_token_ids), len(ref))
@@ -145,6 +167,12 @@ def run(args: argparse.Namespace) -> None:
             row[f"{mode}_same_answer"] = agree > end or agree == len(ref)
             row[f"{mode}_margin"] = None if agree == len(ref) else margins[agree]
             row[f"{mode}_logit_rel_err"] = float((logits - ref_logits).norm() / ref_logits.norm())
+        if peer is not None:
+            agree = next((i for i, (a, b) in enumerate(zip(ref, peer[n])) if a != b), len(ref))
+            # >=: ignore_eos bans the end-of-turn token float32 gives at `end`
+            row.update({"llama.cpp": exact.tokenizer.decode(peer[n]), "llama.cpp_agree": agree,
+                        "llama.cpp_same_answer": agree >= end,
+                        "llama.cpp_margin": None if agree == len(ref) else margins[agree]})
         rows.append(row)
     timing = {}
     for seqs in (1, 16):
@@ -161,9 +189,13 @@ def run(args: argparse.Namespace) -> None:
             f"{'' if r[f'{m}_same_answer'] else format(r[f'{m}_margin'], '.3f'):>7}"
             for m in COMPARED)
         print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{cells}")
-        for mode in MODES:
+        for mode in MODES + (("llama.cpp",) if peer else ()):
             print(f"    {mode:<9}: {r[mode][:70]!r}")
-    for mode in COMPARED:
+        if peer:
+            print(f"    llama.cpp agrees for {r['llama.cpp_agree']} tokens"
+                  + ("" if r["llama.cpp_same_answer"]
+                     else f", parts at float32's margin {r['llama.cpp_margin']:.3f}"))
+    for mode in COMPARED + (("llama.cpp",) if peer else ()):
         same = sum(r[f"{mode}_same_answer"] for r in rows)
         print(f"{mode}: {same} of {len(rows)} answers equal float32's")
     for seqs, t in timing.items():
