@@ -122,6 +122,18 @@ def peer_answers(binary: str, prompts: list[list[int]], tokens: int) -> list[lis
                 for ids in prompts]
 
 
+def compare(ref: list[int], got: list[int], end: int, margins: list[float], name: str, *,
+            end_banned: bool = False) -> dict:
+    """``name``'s greedy tokens against float32's ``ref``: leading tokens that agree, whether
+    the answer (the tokens before float32's end-of-turn at ``end``) is the same, and
+    float32's top-2 margin where they part. ``end_banned``: ``got`` could not end there (the
+    peer's EOS ban), so an answer equal up to ``end`` counts."""
+    agree = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
+    same = agree >= end if end_banned else agree > end or agree == len(ref)
+    return {f"{name}_agree": agree, f"{name}_same_answer": same,
+            f"{name}_margin": None if agree == len(ref) else margins[agree]}
+
+
 def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
     # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
@@ -161,18 +173,12 @@ def run(args: argparse.Namespace) -> None:
         for mode in COMPARED:
             got, logits = greedy(modes[mode].model, ids, args.tokens,
                                  cache_dtype=kv_dtype(mode))
-            agree = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), len(ref))
             row[mode] = exact.tokenizer.decode(got)
-            row[f"{mode}_agree"] = agree
-            row[f"{mode}_same_answer"] = agree > end or agree == len(ref)
-            row[f"{mode}_margin"] = None if agree == len(ref) else margins[agree]
+            row.update(compare(ref, got, end, margins, mode))
             row[f"{mode}_logit_rel_err"] = float((logits - ref_logits).norm() / ref_logits.norm())
         if peer is not None:
-            agree = next((i for i, (a, b) in enumerate(zip(ref, peer[n])) if a != b), len(ref))
-            # >=: ignore_eos bans the end-of-turn token float32 gives at `end`
-            row.update({"llama.cpp": exact.tokenizer.decode(peer[n]), "llama.cpp_agree": agree,
-                        "llama.cpp_same_answer": agree >= end,
-                        "llama.cpp_margin": None if agree == len(ref) else margins[agree]})
+            row["llama.cpp"] = exact.tokenizer.decode(peer[n])
+            row.update(compare(ref, peer[n], end, margins, "llama.cpp", end_banned=True))
         rows.append(row)
     timing = {}
     for seqs in (1, 16):
@@ -181,6 +187,7 @@ def run(args: argparse.Namespace) -> None:
             for m, loaded in modes.items():
                 times[m] += step_ms(loaded.model, seqs=seqs, cache_dtype=kv_dtype(m))
         timing[seqs] = {m: statistics.median(t) for m, t in times.items()}
+    shown = COMPARED + (("llama.cpp",) if peer else ())
     print(f"{'prompt':<34}{'answer':>7}" + "".join(f"{m[:5] + ' err':>10}{'agree':>6}{'margin':>7}"
                                                for m in COMPARED))
     for r in rows:
@@ -189,13 +196,13 @@ def run(args: argparse.Namespace) -> None:
             f"{'' if r[f'{m}_same_answer'] else format(r[f'{m}_margin'], '.3f'):>7}"
             for m in COMPARED)
         print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{cells}")
-        for mode in MODES + (("llama.cpp",) if peer else ()):
+        for mode in ("float32", *shown):
             print(f"    {mode:<9}: {r[mode][:70]!r}")
         if peer:
             print(f"    llama.cpp agrees for {r['llama.cpp_agree']} tokens"
                   + ("" if r["llama.cpp_same_answer"]
                      else f", parts at float32's margin {r['llama.cpp_margin']:.3f}"))
-    for mode in COMPARED + (("llama.cpp",) if peer else ()):
+    for mode in shown:
         same = sum(r[f"{mode}_same_answer"] for r in rows)
         print(f"{mode}: {same} of {len(rows)} answers equal float32's")
     for seqs, t in timing.items():

@@ -20,16 +20,16 @@ def cold_job_cost(seq: Sequence, sp: Speeds, concurrency: int) -> float:
 
 
 def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Speeds, *,
-               share: float, concurrency: int, safety: float, queued_tokens: int = 0) -> None:
+               share: float, concurrency: int, safety: float, live_tokens: int = 0) -> None:
     """Raise ``AdmissionRefused`` unless the new cold sequences and every admitted cold
     sequence with a deadline can still finish in time.
 
     Model: cold is served earliest deadline first with ``share`` of the machine; a job
     finishes once the work of every job due before it is done, and no later than the
     smaller of two bounds on running alone from now on (``_bound_s``): each of its steps a
-    full one (the whole token budget), or its own work plus every other token queued
-    (``queued_tokens``: prompt and expected output of every live sequence, the new ones
-    too), each at most one token's price and one step's fixed cost (it may share a step or
+    full one (the whole token budget), or its own work plus every other token queued (the
+    prompt and expected output left of every live sequence, ``live_tokens``, and of the new
+    ones), each at most one token's price and one step's fixed cost (it may share a step or
     take one without it). The newcomers' tokens raise every admitted job's second bound so,
     and they are refused if that tips one over. With the first bound alone, a 256-token
     request was refused the platform's 300 s minimum deadline on an idle 2-core engine
@@ -37,6 +37,7 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
     behind a long queue of other tiers that the first admits.
     """
     share = max(share, 0.05)
+    queued = live_tokens + sum(map(tokens_left, new))
     deadlines = sorted((s.deadline, cold_job_cost(s, sp, concurrency))
                        for s in admitted if s.deadline is not None)
     keys = [d for d, _ in deadlines]
@@ -52,7 +53,7 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
         pos = bisect.bisect_right(keys, seq.deadline)
         first = min(first, pos)
         ahead = (cum[pos - 1] if pos else 0.0) + added + cost
-        finish = now + max(safety * ahead / share, _bound_s(seq, sp, queued_tokens))
+        finish = now + max(safety * ahead / share, _bound_s(seq, sp, queued))
         if finish > seq.deadline:
             raise AdmissionRefused(
                 f"cold request cannot meet its deadline at current load: estimated finish in "
@@ -61,11 +62,10 @@ def check_cold(new: Seqs[Sequence], admitted: Seqs[Sequence], now: float, sp: Sp
         added += cost
     if added:
         _check_later(deadlines[first:], cum[first:], added, now, share, safety)
-    new_tokens = sum(map(tokens_left, new))
     for seq in admitted:  # (``admitted`` does not hold ``new``)
         if seq.deadline is not None and (
-                now + _bound_s(seq, sp, queued_tokens) > seq.deadline
-                >= now + _bound_s(seq, sp, queued_tokens - new_tokens)):
+                now + _bound_s(seq, sp, queued) > seq.deadline
+                >= now + _bound_s(seq, sp, live_tokens)):
             raise AdmissionRefused(
                 "cold request would push admitted cold work past its deadline",
                 tier=Tier.COLD, retry_after_s=None)

@@ -163,10 +163,10 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         if head.tier is COLD:
             if ab.admission_enabled and head.deadline is not None:
                 admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
-                queued = sum(map(tokens_left, (*self.seqs.values(), *seqs)))
                 check_cold(seqs, admitted, now, self.speeds, share=1.0 - st.other_load,
                            concurrency=self._cold_concurrency(seqs, len(admitted)),
-                           safety=p.cold_need_safety, queued_tokens=queued)
+                           safety=p.cold_need_safety,
+                           live_tokens=sum(map(tokens_left, self.seqs.values())))
             st.new_cold.extend(seqs)
         elif head.tier is HOT and p.overload_enabled:
             try:
