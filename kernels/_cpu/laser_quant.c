@@ -325,28 +325,14 @@ static inline __m256i dp256_vnni(__m256i acc, __m256i u, __m256i s) {
     return _mm256_dpbusd_avx_epi32(acc, u, s);
 #endif
 }
-#endif
 
-/* sum over 4-byte groups of u * s (u unsigned < 128: the Q8_0 path's sign trick makes it so) */
-static inline __attribute__((always_inline)) __m256i dp256(__m256i acc, __m256i u, __m256i s,
-                                                           int vnni) {
-#ifdef HAVE_AVX2_VNNI
-    if (vnni) return dp256_vnni(acc, u, s);
-#else
-    (void)vnni;
-#endif
-    __m256i pairs = _mm256_maddubs_epi16(u, s);
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-/* 8 outputs (half h of the group) x mr rows; FMT and VNNI constant in each expansion */
-static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, int64_t g,
-                                                                 int64_t m0, const int mr,
-                                                                 int h, const int FMT,
-                                                                 const int VNNI,
-                                                                 const int PARTS) {
-    const int bb = block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
-    const int sign_trick = FMT == Q8_0 && !VNNI, off = sign_trick ? 0 : offset_of(FMT);
+/* AVX-VNNI, 8 outputs (half h of the group) x mr rows; FMT constant in each expansion: the
+ * block's lines unpacked once for the tile's rows, one VPDPBUSD a line and row */
+static inline __attribute__((always_inline)) void tile_avxvnni_half(const qjob *j, int64_t g,
+                                                                    int64_t m0, const int mr,
+                                                                    int h, const int FMT,
+                                                                    const int PARTS) {
+    const int bb = block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32, off = offset_of(FMT);
     int64_t nb = j->K / QK;
     const uint8_t *wg = j->w + g * nb * bb;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -356,13 +342,13 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         if (ahead) /* the next group's block, while this group's rows compute */
-            for (int off = 0; off < bb; off += 64)
-                _mm_prefetch((const char *)(blk + nb * bb + off), _MM_HINT_T0);
+            for (int o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)(blk + nb * bb + o), _MM_HINT_T0);
         __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
         __m256 mv = FMT == Q4_1
                         ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
                         : _mm256_setzero_ps();
-        __m256i w[8], wsign[8];
+        __m256i w[8];
         for (int l = 0; l < (FMT == Q8_0 ? 8 : 4); l++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + hdr + 64 * l + 32 * h));
             if (FMT == Q8_0)
@@ -372,11 +358,6 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                 w[l + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
         }
-        if (sign_trick) /* the weights' half of the sign trick, once for every row */
-            for (int l = 0; l < 8; l++) {
-                wsign[l] = _mm256_xor_si256(w[l], _mm256_set1_epi8((char)0x80));
-                w[l] = _mm256_sign_epi8(wsign[l], wsign[l]);
-            }
 #pragma GCC unroll 8
         for (int m = 0; m < mr; m++) {
             int64_t row = (m0 + m) * j->stride, last = row + PARTS - 1;
@@ -386,31 +367,10 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
                 const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
                 int32_t xs = j->a.sum[(row + p) * nb + b];
                 __m256i a0 = _mm256_set1_epi32(-off * xs), a1 = _mm256_setzero_si256();
-                if (!VNNI && FMT != Q8_0) {
-                    /* u <= 15: a VPMADDUBSW pair sum is at most 2 * 15 * 127 = 3810, so the
-                     * block's eight add up in 16 bits (30480 < 32767) and one VPMADDWD per
-                     * part widens them, where dp256 spends one per line: the same integers */
-                    __m256i s0 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xb[0]));
-                    __m256i s1 = _mm256_maddubs_epi16(w[1], _mm256_set1_epi32(xb[1]));
-                    for (int l = 2; l < 8; l += 2) {
-                        s0 = _mm256_add_epi16(
-                            s0, _mm256_maddubs_epi16(w[l], _mm256_set1_epi32(xb[l])));
-                        s1 = _mm256_add_epi16(
-                            s1, _mm256_maddubs_epi16(w[l + 1], _mm256_set1_epi32(xb[l + 1])));
-                    }
-                    a1 = _mm256_madd_epi16(_mm256_add_epi16(s0, s1), _mm256_set1_epi16(1));
-                } else if (sign_trick) {
-                    for (int l = 0; l < 8; l += 2) {
-                        __m256i x0 = _mm256_sign_epi8(_mm256_set1_epi32(xb[l]), wsign[l]);
-                        __m256i x1 = _mm256_sign_epi8(_mm256_set1_epi32(xb[l + 1]), wsign[l + 1]);
-                        a0 = dp256(a0, w[l], x0, 0);
-                        a1 = dp256(a1, w[l + 1], x1, 0);
-                    }
-                } else
-                    for (int l = 0; l < 8; l += 2) {
-                        a0 = dp256(a0, w[l], _mm256_set1_epi32(xb[l]), VNNI);
-                        a1 = dp256(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]), VNNI);
-                    }
+                for (int l = 0; l < 8; l += 2) {
+                    a0 = dp256_vnni(a0, w[l], _mm256_set1_epi32(xb[l]));
+                    a1 = dp256_vnni(a1, w[l + 1], _mm256_set1_epi32(xb[l + 1]));
+                }
                 isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
             }
             float e = j->a.e[last * nb + b];
@@ -428,47 +388,141 @@ static inline __attribute__((always_inline)) void tile_avx2_half(const qjob *j, 
         store_out(j, m0 + m, n0, v, count);
     }
 }
+#endif
 
-/* rows and parts as constants in each expansion: the accumulators then live in registers */
-#define AVX2_ROWS(FMT, VNNI, MR, PARTS)                                                       \
-    do {                                                                                     \
-        tile_avx2_half(j, g, m0, MR, 0, FMT, VNNI, PARTS);                                   \
-        tile_avx2_half(j, g, m0, MR, 1, FMT, VNNI, PARTS);                                   \
-    } while (0)
-#define AVX2_PARTS(FMT, VNNI, PARTS)                                                          \
-    switch (mr) {                                                                            \
-    case 1: AVX2_ROWS(FMT, VNNI, 1, PARTS); break;                                           \
-    case 2: AVX2_ROWS(FMT, VNNI, 2, PARTS); break;                                           \
-    case 3: AVX2_ROWS(FMT, VNNI, 3, PARTS); break;                                           \
-    default: AVX2_ROWS(FMT, VNNI, 4, PARTS); break;                                          \
+/* Without VNNI, 8 outputs x mr rows: a block's lines in the outer loop and the rows inside,
+ * so that one weight line (Q4_x: its two nibble halves; Q8_0: its sign trick's two halves)
+ * and each row's sums are live at a time. tile_avx2_half holds the block's eight unpacked
+ * lines for all its rows instead: with the rows' accumulators that is more than AVX2's 16
+ * registers, and the accumulators went to the stack and back every block (a decode step's
+ * matmuls 1.10 / 1.26 / 1.27x at 1 / 16 / 64 rows on an AVX2-only Zen 3 with this order,
+ * `bench/cpu_quant.py --step`). The same integers and the same float steps. Q4_x sums in 16 bits: u <= 15, so the block's eight VPMADDUBSW
+ * pair sums add up to at most 8 * 2 * 15 * 127 = 30480; Q8_0's pairs reach 32512 and widen
+ * every line. */
+static inline __attribute__((always_inline)) void tile_avx2_lines(const qjob *j, int64_t g,
+                                                                  int64_t m0, const int mr,
+                                                                  int h, const int FMT,
+                                                                  const int PARTS) {
+    const int bb = block_bytes(FMT), hdr = FMT == Q4_1 ? 64 : 32;
+    const int off = FMT == Q8_0 ? 0 : offset_of(FMT), lines = FMT == Q8_0 ? 8 : 4;
+    const int64_t nb = j->K / QK, K = j->K, rs = j->stride * K;
+    const uint8_t *wg = j->w + g * nb * bb;
+    const int8_t *x0 = j->a.q + m0 * rs;
+    const float *e0 = j->a.e + (m0 * j->stride + PARTS - 1) * nb, *ms0 = j->a.ms + m0 * nb;
+    const int32_t *sum0 = j->a.sum + m0 * j->stride * nb;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int ahead = h == 0 && m0 == 0; /* the group's first tile: module comment */
+    __m256 acc[8];
+    for (int m = 0; m < 8; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        if (ahead)
+            for (int o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)(blk + nb * bb + o), _MM_HINT_T0);
+        __m256i isum[8];
+#pragma GCC unroll 2
+        for (int p = 0; p < PARTS; p++) {
+            __m256i s[8];
+            for (int m = 0; m < 8; m++) s[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int l = 0; l < lines; l++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + hdr + 64 * l + 32 * h));
+                __m256i w0, w1; /* Q4_x: low and high nibbles; Q8_0: |q| and q */
+                if (FMT == Q8_0) {
+                    w1 = _mm256_xor_si256(raw, _mm256_set1_epi8((char)0x80));
+                    w0 = _mm256_sign_epi8(w1, w1);
+                } else {
+                    w0 = _mm256_and_si256(raw, low4);
+                    w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+                }
+#pragma GCC unroll 8
+                for (int m = 0; m < mr; m++) {
+                    const int32_t *xb = (const int32_t *)(x0 + m * rs + p * K + b * QK);
+                    if (FMT == Q8_0) {
+                        __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(xb[l]), w1);
+                        s[m] = _mm256_add_epi32(
+                            s[m], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xs), ones));
+                    } else
+                        s[m] = _mm256_add_epi16(
+                            s[m],
+                            _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(xb[l])),
+                                             _mm256_maddubs_epi16(w1, _mm256_set1_epi32(xb[l + 4]))));
+                    /* line by line: else GCC regroups the block's sums into one tree and
+                     * computes every product first, in more registers than there are */
+                    __asm__("" : "+x"(s[m]));
+                }
+            }
+#pragma GCC unroll 8
+            for (int m = 0; m < mr; m++) {
+                __m256i t = FMT == Q8_0 ? s[m] : _mm256_madd_epi16(s[m], ones);
+                if (off)
+                    t = _mm256_add_epi32(
+                        t, _mm256_set1_epi32(-off * sum0[(m * j->stride + p) * nb + b]));
+                isum[m] = p ? _mm256_add_epi32(_mm256_slli_epi32(isum[m], 8), t) : t;
+            }
+        }
+        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+        __m256 mv = FMT == Q4_1
+                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+                        : _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int m = 0; m < mr; m++) {
+            __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e0[m * j->stride * nb + b]));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), scale, acc[m]);
+            if (FMT == Q4_1)
+                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ms0[m * nb + b]), acc[m]);
+        }
     }
-/* up to 8 rows: Q8_0 without VNNI, whose sign trick's weight half is taken once a block for
+    int64_t n0 = g * QG + 8 * h;
+    int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
+    float v[8];
+    for (int m = 0; m < mr && count > 0; m++) {
+        _mm256_storeu_ps(v, acc[m]);
+        store_out(j, m0 + m, n0, v, count);
+    }
+}
+
+/* rows and parts as constants in each expansion: the accumulators then live in registers;
+ * HALF: tile_avx2_lines or tile_avxvnni_half */
+#define AVX2_ROWS(HALF, FMT, MR, PARTS)                                                       \
+    do {                                                                                     \
+        HALF(j, g, m0, MR, 0, FMT, PARTS);                                                   \
+        HALF(j, g, m0, MR, 1, FMT, PARTS);                                                   \
+    } while (0)
+#define AVX2_PARTS(HALF, FMT, PARTS)                                                          \
+    switch (mr) {                                                                            \
+    case 1: AVX2_ROWS(HALF, FMT, 1, PARTS); break;                                           \
+    case 2: AVX2_ROWS(HALF, FMT, 2, PARTS); break;                                           \
+    case 3: AVX2_ROWS(HALF, FMT, 3, PARTS); break;                                           \
+    default: AVX2_ROWS(HALF, FMT, 4, PARTS); break;                                          \
+    }
+/* up to 8 rows: Q8_0 without VNNI, whose sign trick's weight half is taken once a line for
  * all the tile's rows (the LM head's screen 1.11-1.13x at 16 and 64 rows against 4; the Q4
  * tiles gained nothing from 8) */
-#define AVX2_PARTS_WIDE(FMT, VNNI, PARTS)                                                     \
+#define AVX2_PARTS_WIDE(HALF, FMT, PARTS)                                                     \
     if (mr <= 4) {                                                                           \
-        AVX2_PARTS(FMT, VNNI, PARTS)                                                         \
+        AVX2_PARTS(HALF, FMT, PARTS)                                                         \
     } else switch (mr) {                                                                     \
-    case 5: AVX2_ROWS(FMT, VNNI, 5, PARTS); break;                                           \
-    case 6: AVX2_ROWS(FMT, VNNI, 6, PARTS); break;                                           \
-    case 7: AVX2_ROWS(FMT, VNNI, 7, PARTS); break;                                           \
-    default: AVX2_ROWS(FMT, VNNI, 8, PARTS); break;                                          \
+    case 5: AVX2_ROWS(HALF, FMT, 5, PARTS); break;                                           \
+    case 6: AVX2_ROWS(HALF, FMT, 6, PARTS); break;                                           \
+    case 7: AVX2_ROWS(HALF, FMT, 7, PARTS); break;                                           \
+    default: AVX2_ROWS(HALF, FMT, 8, PARTS); break;                                          \
     }
-#define AVX2_TILE(NAME, FMT, VNNI, ROWS)                                                      \
+#define AVX2_TILE(NAME, HALF, FMT, ROWS)                                                      \
     static void NAME(const qjob *j, int64_t g, int64_t m0, int mr) {                        \
         if (j->parts == 2) {                                                                 \
-            ROWS(FMT, VNNI, 2)                                                               \
+            ROWS(HALF, FMT, 2)                                                               \
         } else {                                                                             \
-            ROWS(FMT, VNNI, 1)                                                               \
+            ROWS(HALF, FMT, 1)                                                               \
         }                                                                                    \
     }
-AVX2_TILE(tile_avx2_q40, Q4_0, 0, AVX2_PARTS)
-AVX2_TILE(tile_avx2_q41, Q4_1, 0, AVX2_PARTS)
-AVX2_TILE(tile_avx2_q80, Q8_0, 0, AVX2_PARTS_WIDE)
+AVX2_TILE(tile_avx2_q40, tile_avx2_lines, Q4_0, AVX2_PARTS)
+AVX2_TILE(tile_avx2_q41, tile_avx2_lines, Q4_1, AVX2_PARTS)
+AVX2_TILE(tile_avx2_q80, tile_avx2_lines, Q8_0, AVX2_PARTS_WIDE)
 #ifdef HAVE_AVX2_VNNI
-AVX2_TILE(tile_avxvnni_q40, Q4_0, 1, AVX2_PARTS)
-AVX2_TILE(tile_avxvnni_q41, Q4_1, 1, AVX2_PARTS)
-AVX2_TILE(tile_avxvnni_q80, Q8_0, 1, AVX2_PARTS)
+AVX2_TILE(tile_avxvnni_q40, tile_avxvnni_half, Q4_0, AVX2_PARTS)
+AVX2_TILE(tile_avxvnni_q41, tile_avxvnni_half, Q4_1, AVX2_PARTS)
+AVX2_TILE(tile_avxvnni_q80, tile_avxvnni_half, Q8_0, AVX2_PARTS)
 #endif
 #endif
 
