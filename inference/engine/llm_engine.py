@@ -194,6 +194,7 @@ class LLMEngine:
             return self._record(t0, self._resume(paused, finish))
         with self._lock:
             self._hot_arrived = False
+            t_plan = time.perf_counter()
             plan = self.scheduler.schedule(time.time())
             deltas = self._refusals(plan)
             paused = self._paused
@@ -211,7 +212,8 @@ class LLMEngine:
         if not plan.is_empty and due is None:
             t_run = time.perf_counter()
             logits = self.runner.execute(batch)
-            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run)
+            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run,
+                                     t_plan)
         elif not plan.is_empty:
             forward = self.runner.begin(batch)
             if not forward.advance(self._stop_at(due)):
@@ -221,7 +223,8 @@ class LLMEngine:
                     deltas += self._tier_only(plan, set())
                     self._paused = _Paused(replace(plan, tier_changes=()), rows, forward)
                 return deltas
-            deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds)
+            deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds,
+                                     t_plan)
         if paused is not None:
             if plan.is_empty:
                 deltas += self._resume(paused, finish)
@@ -264,16 +267,20 @@ class LLMEngine:
         return self._complete(paused.plan, forward.batch, paused.rows, logits, None)
 
     def _complete(self, plan: StepPlan, batch: BatchInputs, rows: list[SamplingRow],
-                  logits: torch.Tensor, run_s: float | None) -> list[Delta]:
-        """Sample a finished forward's rows and fold the tokens back; its deltas."""
+                  logits: torch.Tensor, run_s: float | None,
+                  t_plan: float | None = None) -> list[Delta]:
+        """Sample a finished forward's rows and fold the tokens back; its deltas. ``run_s``:
+        the forward's seconds, ``t_plan``: when the step began planning (``perf_counter``);
+        None for a forward split across steps."""
         out = self.sampler.sample(logits, rows)
         with self._lock:
             now = time.time()
             if run_s is not None:
                 # the policy's cost model learns this machine's step time from every real
                 # step, the runner which packs are faster at its width
+                token_s = None if t_plan is None else time.perf_counter() - t_plan
                 self.scheduler.observe_step(plan.num_batched_tokens, run_s,
-                                            plan.num_prompt_tokens)
+                                            plan.num_prompt_tokens, token_s)
                 self.runner.observe(batch, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)

@@ -70,8 +70,11 @@ class Scheduler(ABC):
         adds the paused forward's)."""
         return self.running
 
-    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
-        """The engine reports each measured step; policies that estimate step time learn."""
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0,
+                     token_s: float | None = None) -> None:
+        """The engine reports each measured step (``seconds``: its forward); policies that
+        estimate step time learn. ``token_s``: the step from its plan to its sampled tokens
+        (planning, the forward, sampling), what a stream waits between two tokens."""
 
     def reserved_idle_blocks(self) -> int:
         """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""

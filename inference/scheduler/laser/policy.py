@@ -114,10 +114,14 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self._queue.leave(seq)
 
     # ---- engine hooks ---------------------------------------------------------------------
-    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0) -> None:
-        """Feed a measured step time to the cost estimator (the real engine calls this)."""
+    def observe_step(self, num_tokens: int, seconds: float, prompt_tokens: int = 0,
+                     token_s: float | None = None) -> None:
+        """Feed a measured step time to the cost estimator (the real engine calls this). The
+        cost model learns the forward; the TBT cap's safety margin follows the step from plan
+        to tokens against the forward's estimate, so that the planning and sampling around a
+        capped forward come out of the margin, not out of the target."""
         self.cost.observe_step(num_tokens, seconds, prompt_tokens)
-        self.est_error.observe(seconds)
+        self.est_error.observe(seconds if token_s is None else token_s)
 
     def tbt_safety(self) -> float:
         """Fraction of a TBT target a capped step may fill, given recent estimate errors."""

@@ -281,6 +281,18 @@ def test_the_policy_widens_its_tbt_cap_when_steps_match_estimates():
     assert sched.tbt_safety() == pytest.approx(0.95)
 
 
+def test_the_tbt_margin_takes_the_time_around_the_forward_from_plan_to_tokens():
+    # a forward as estimated, but planning and sampling around it took another 6 %: a
+    # stream waited 1.06 estimates between tokens, so the cap leaves room for that
+    sched = laser(knobs(OFF, chunking_enabled=True), max_num_batched_tokens=128,
+                  long_prefill_chunk=128)
+    sched.add(hot("d", 4, 1.0, max_tokens=50), 0.0)
+    plan = sched.schedule(0.0)
+    forward = COST.step_time(plan.num_batched_tokens)
+    sched.observe_step(plan.num_batched_tokens, forward, token_s=1.06 * forward)
+    assert sched.tbt_safety() == pytest.approx(0.95 / 1.06)
+
+
 def test_config_rejects_a_ceiling_under_the_floor():
     with pytest.raises(ValueError, match="tbt_safety_max"):
         LaserPolicyConfig(tbt_safety=0.9, tbt_safety_max=0.85)
