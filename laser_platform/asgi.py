@@ -7,10 +7,15 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "laser_platform.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
 # Django must be set up before anything imports models (the routing modules do).
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from apps.core.handler import ASGIHandler  # noqa: E402
+
+# get_asgi_application(), with the header-only middlewares' hooks inline (apps.core.handler)
+django_asgi_app = ASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
