@@ -316,6 +316,47 @@ static void tile_scalar(const qjob *j, int64_t g, int64_t m0, int mr) {
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #define HAVE_AVX2 1
+
+/* the next group's block, while this group's rows compute (a group's first tile: module
+ * comment) */
+static inline __attribute__((always_inline)) void prefetch_next(const uint8_t *blk, int64_t nb,
+                                                                int bb) {
+    for (int o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + nb * bb + o), _MM_HINT_T0);
+}
+
+/* half h's 8 weight scales d of a block, and Q4_1's 8 minima m (zero for the others) */
+static inline __attribute__((always_inline)) __m256 scales_d(const uint8_t *blk, int h) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+}
+
+static inline __attribute__((always_inline)) __m256 scales_m(const uint8_t *blk, int h,
+                                                             const int FMT) {
+    return FMT == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+                       : _mm256_setzero_ps();
+}
+
+/* one row's float step for a block (tile_scalar's, 8 outputs at a time): its integer sum at
+ * d * e, then Q4_1's minima at the row's e * sum */
+static inline __attribute__((always_inline)) __m256 block_fma(__m256 acc, __m256i isum,
+                                                              __m256 dv, __m256 mv, float e,
+                                                              float ms, const int FMT) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, _mm256_set1_ps(e)), acc);
+    return FMT == Q4_1 ? _mm256_fmadd_ps(mv, _mm256_set1_ps(ms), acc) : acc;
+}
+
+/* a tile half's rows out: outputs g * 16 + 8 * h .. (fewer at the end of N) */
+static inline __attribute__((always_inline)) void store_half(const qjob *j, int64_t g, int h,
+                                                             int64_t m0, int mr,
+                                                             const __m256 *acc) {
+    int64_t n0 = g * QG + 8 * h;
+    int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
+    float v[8];
+    for (int m = 0; m < mr && count > 0; m++) {
+        _mm256_storeu_ps(v, acc[m]);
+        store_out(j, m0 + m, n0, v, count);
+    }
+}
+
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
 #define HAVE_AVX2_VNNI 1
 static inline __m256i dp256_vnni(__m256i acc, __m256i u, __m256i s) {
@@ -341,13 +382,8 @@ static inline __attribute__((always_inline)) void tile_avxvnni_half(const qjob *
     for (int m = 0; m < 8; m++) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
-        if (ahead) /* the next group's block, while this group's rows compute */
-            for (int o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)(blk + nb * bb + o), _MM_HINT_T0);
-        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
-        __m256 mv = FMT == Q4_1
-                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
-                        : _mm256_setzero_ps();
+        if (ahead) prefetch_next(blk, nb, bb);
+        __m256 dv = scales_d(blk, h), mv = scales_m(blk, h, FMT);
         __m256i w[8];
         for (int l = 0; l < (FMT == Q8_0 ? 8 : 4); l++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + hdr + 64 * l + 32 * h));
@@ -373,32 +409,23 @@ static inline __attribute__((always_inline)) void tile_avxvnni_half(const qjob *
                 }
                 isum = _mm256_add_epi32(_mm256_slli_epi32(isum, 8), _mm256_add_epi32(a0, a1));
             }
-            float e = j->a.e[last * nb + b];
-            __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e));
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[m]);
-            if (FMT == Q4_1)
-                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(j->a.ms[(m0 + m) * nb + b]), acc[m]);
+            acc[m] = block_fma(acc[m], isum, dv, mv, j->a.e[last * nb + b],
+                               j->a.ms[(m0 + m) * nb + b], FMT);
         }
     }
-    int64_t n0 = g * QG + 8 * h;
-    int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
-    float v[8];
-    for (int m = 0; m < mr && count > 0; m++) {
-        _mm256_storeu_ps(v, acc[m]);
-        store_out(j, m0 + m, n0, v, count);
-    }
+    store_half(j, g, h, m0, mr, acc);
 }
 #endif
 
 /* Without VNNI, 8 outputs x mr rows: a block's lines in the outer loop and the rows inside,
  * so that one weight line (Q4_x: its two nibble halves; Q8_0: its sign trick's two halves)
- * and each row's sums are live at a time. tile_avx2_half holds the block's eight unpacked
+ * and each row's sums are live at a time. tile_avxvnni_half holds the block's eight unpacked
  * lines for all its rows instead: with the rows' accumulators that is more than AVX2's 16
  * registers, and the accumulators went to the stack and back every block (a decode step's
  * matmuls 1.10 / 1.26 / 1.27x at 1 / 16 / 64 rows on an AVX2-only Zen 3 with this order,
- * `bench/cpu_quant.py --step`). The same integers and the same float steps. Q4_x sums in 16 bits: u <= 15, so the block's eight VPMADDUBSW
- * pair sums add up to at most 8 * 2 * 15 * 127 = 30480; Q8_0's pairs reach 32512 and widen
- * every line. */
+ * `bench/cpu_quant.py --step`). The same integers and the same float steps. Q4_x sums in
+ * 16 bits: u <= 15, so the block's eight VPMADDUBSW pair sums add up to at most
+ * 8 * 2 * 15 * 127 = 30480; Q8_0's pairs reach 32512 and widen every line. */
 static inline __attribute__((always_inline)) void tile_avx2_lines(const qjob *j, int64_t g,
                                                                   int64_t m0, const int mr,
                                                                   int h, const int FMT,
@@ -416,9 +443,7 @@ static inline __attribute__((always_inline)) void tile_avx2_lines(const qjob *j,
     for (int m = 0; m < 8; m++) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
-        if (ahead)
-            for (int o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)(blk + nb * bb + o), _MM_HINT_T0);
+        if (ahead) prefetch_next(blk, nb, bb);
         __m256i isum[8];
 #pragma GCC unroll 2
         for (int p = 0; p < PARTS; p++) {
@@ -461,25 +486,13 @@ static inline __attribute__((always_inline)) void tile_avx2_lines(const qjob *j,
                 isum[m] = p ? _mm256_add_epi32(_mm256_slli_epi32(isum[m], 8), t) : t;
             }
         }
-        __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
-        __m256 mv = FMT == Q4_1
-                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
-                        : _mm256_setzero_ps();
+        __m256 dv = scales_d(blk, h), mv = scales_m(blk, h, FMT);
 #pragma GCC unroll 8
-        for (int m = 0; m < mr; m++) {
-            __m256 scale = _mm256_mul_ps(dv, _mm256_set1_ps(e0[m * j->stride * nb + b]));
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), scale, acc[m]);
-            if (FMT == Q4_1)
-                acc[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ms0[m * nb + b]), acc[m]);
-        }
+        for (int m = 0; m < mr; m++)
+            acc[m] = block_fma(acc[m], isum[m], dv, mv, e0[m * j->stride * nb + b],
+                               ms0[m * nb + b], FMT);
     }
-    int64_t n0 = g * QG + 8 * h;
-    int count = j->N - n0 < 8 ? (int)(j->N - n0) : 8;
-    float v[8];
-    for (int m = 0; m < mr && count > 0; m++) {
-        _mm256_storeu_ps(v, acc[m]);
-        store_out(j, m0 + m, n0, v, count);
-    }
+    store_half(j, g, h, m0, mr, acc);
 }
 
 /* rows and parts as constants in each expansion: the accumulators then live in registers;
