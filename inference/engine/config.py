@@ -76,6 +76,11 @@ class EngineConfig:
         wide_threads: torch threads for a step of at least ``WIDE_STEP_TOKENS`` tokens (a
             prefill); None is ``num_threads``. A wide step's matmuls are long enough to gain
             from a core that decode steps leave to the serving loop (docs/engine.md, "On CPU").
+        pool_spin_us: microseconds each worker of the C kernels' pool keeps polling for the
+            next call before it sleeps (0: straight to sleep). A decode step makes about 200
+            calls a few microseconds apart; a sleeping worker takes longer to wake than a
+            one-stream call lasts, so without it the caller ran them alone (docs/engine.md,
+            "On CPU"). Bounded: a busy machine costs at most this per call, never a spin.
         layer_pause: let a policy that asks for it (``laser``) stop a step without hot work
             between two decoder layers when hot work arrives or falls due, run the hot step,
             then resume (docs/engine.md, "Layer pause").
@@ -102,6 +107,7 @@ class EngineConfig:
     prefix_caching: bool = True
     num_threads: int | None = None
     wide_threads: int | None = None
+    pool_spin_us: int = 25
     layer_pause: bool = True
     ignore_eos: bool = False
 
@@ -115,8 +121,10 @@ class EngineConfig:
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.quant_max_rows is not None and self.quant_max_rows < 0:
-            raise ValueError(f"quant_max_rows must be at least 0, got {self.quant_max_rows}")
+        for name in ("quant_max_rows", "pool_spin_us"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be at least 0, got {value}")
         for name in ("max_model_len", "long_prefill_chunk", "num_threads", "wide_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -86,7 +86,8 @@ class LLMEngine:
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.torch_matmul_dtype,
                                   threads=(narrow, config.wide_threads or narrow),
-                                  quant_max_rows=config.quant_max_rows)
+                                  quant_max_rows=config.quant_max_rows,
+                                  pool_spin_us=config.pool_spin_us)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset() if config.ignore_eos else frozenset(
             loaded.config.eos_token_ids) | frozenset(getattr(loaded, "stop_token_ids", ()))

@@ -81,7 +81,7 @@ class ModelRunner:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  matmul_dtype: torch.dtype | str | None = None,
                  threads: tuple[int, int] | None = None,
-                 quant_max_rows: int | None = None) -> None:
+                 quant_max_rows: int | None = None, pool_spin_us: int = 0) -> None:
         self.model = model
         self.threads = threads
         self.device = torch.device(device)
@@ -95,6 +95,7 @@ class ModelRunner:
         # in the quantized and auto modes every core, decode steps included; the workers sleep
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
+        self.pool_spin_us = pool_spin_us
         self.quant_max_rows = quant_max_rows
         # AUTO without a pinned crossover: which packs are faster at which width
         self.sides = SideChooser() if quant_max_rows is None else None
@@ -226,7 +227,7 @@ class ModelRunner:
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)
         if self.device.type == "cpu":
-            _cpu.set_threads(self.pool_threads)
+            _cpu.set_threads(self.pool_threads, self.pool_spin_us)
         if self.threads is not None:
             n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
             if torch.get_num_threads() != n:

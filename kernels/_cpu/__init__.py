@@ -67,10 +67,11 @@ SIGNATURES = {
     "laser_pool_size": (),
     "laser_pool_reserve": (_int,),
     "laser_pool_set_spin": (_int,),
+    "laser_pool_spin": (),
 }
 RESTYPES = {"laser_decoder_stack": _int, "laser_gemm_bf16_supported": _int,
             "laser_pack_q": _int, "laser_q_block_bytes": _int, "laser_quant_isa": _int,
-            "laser_pool_size": _int}
+            "laser_pool_size": _int, "laser_pool_spin": _int}
 
 
 def _cpu_name() -> str:
@@ -237,14 +238,21 @@ THREADED_ROWS = 64  # from this many rows the matmul starts threads (torch's cou
 
 
 _POOL_THREADS = [0]
+_POOL_SPIN_US = [0]
 
 
-def set_threads(threads: int) -> None:
+def set_threads(threads: int, spin_us: int | None = None) -> None:
     """Threads of the pool (``laser_pool.c``) for every matmul and attention call from now on;
     0 restores the rule for Laser's bfloat16 matmul: torch's count from ``THREADED_ROWS`` rows,
     else one. The runner sets it per step for the quantized mode (the workers sleep between
-    calls, so every core can serve decode steps too)."""
+    calls, so every core can serve decode steps too). ``spin_us``: how long each worker polls
+    for the next call before it sleeps (None: unchanged; 0: it sleeps at once)."""
     _POOL_THREADS[0] = max(0, int(threads))
+    if spin_us is not None and spin_us != _POOL_SPIN_US[0]:
+        lib = library()
+        if lib is not None:
+            lib.laser_pool_set_spin(int(spin_us))
+            _POOL_SPIN_US[0] = int(spin_us)
 
 
 def _gemm_threads(num_rows: int) -> int:

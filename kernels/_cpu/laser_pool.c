@@ -4,8 +4,9 @@
  * per call costs more than a short call gains, and OpenMP-style spinning threads collapse when
  * another process wants the core (docs/engine.md, "On CPU"). Here the workers are started once
  * and wait on a condition variable; a job wakes them with one broadcast. After a job a worker
- * polls for the next one for `laser_pool_spin` microseconds only (default 0: straight to sleep;
- * the matmuls of one layer follow each other closely, so a few microseconds save a wake-up).
+ * polls for the next one for `laser_pool_set_spin` microseconds only (default 0: straight to
+ * sleep; the engine sets 25, EngineConfig.pool_spin_us): a decode step's calls follow each other
+ * microseconds apart, and a sleeping worker takes longer to wake than a one-stream call lasts.
  *
  * A job is `ntasks` calls of fn(arg, task); the caller runs tasks too, and any worker that is
  * awake claims the next task index with one compare-and-swap on (job generation, next task):
@@ -125,6 +126,8 @@ static void *worker(void *arg) {
 int laser_pool_size(void) { return pool.started + 1; }
 
 void laser_pool_set_spin(int microseconds) { atomic_store(&pool.spin_us, microseconds); }
+
+int laser_pool_spin(void) { return atomic_load(&pool.spin_us); }
 
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 

@@ -29,9 +29,17 @@ MATMUL_DTYPES = ("auto", "float32", "bfloat16", "quant", "q8")
 POLICIES = ("laser", "priority", "edf", "partitioned", "fcfs")
 
 
-def count(raw: str) -> int:
-    """A positive integer (``env``'s cast: a bad value names the variable)."""
+def whole(raw: str) -> int:
+    """An integer of at least 0 (``env``'s cast: a bad value names the variable)."""
     value = int(raw)
+    if value < 0:
+        raise ValueError("must be at least 0")
+    return value
+
+
+def count(raw: str) -> int:
+    """A positive integer."""
+    value = whole(raw)
     if value < 1:
         raise ValueError("must be at least 1")
     return value
@@ -106,6 +114,9 @@ LASER_THREADS: int = env("LASER_THREADS", max(1, _CORES - 1), count)
 # long enough that the event loop's short turns on a core cost little, and a second thread made
 # a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
 LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", _CORES, count)
+# Microseconds the C kernels' pool workers poll for the next call before they sleep (a decode
+# step's ~200 calls come microseconds apart; waking a sleeper took longer than a one-stream call).
+LASER_POOL_SPIN_US: int = env("LASER_POOL_SPIN_US", 25, whole)
 
 # Every EngineConfig field, from the variables above ("auto" device resolved at build time).
 LASER_ENGINE_CONFIG: dict[str, Any] = {
@@ -127,6 +138,7 @@ LASER_ENGINE_CONFIG: dict[str, Any] = {
     "prefix_caching": LASER_PREFIX_CACHING,
     "num_threads": LASER_THREADS,
     "wide_threads": LASER_WIDE_THREADS,
+    "pool_spin_us": LASER_POOL_SPIN_US,
     "layer_pause": LASER_LAYER_PAUSE,
     "ignore_eos": False,  # tests and benchmarks only: no setting or API parameter reaches it
 }

@@ -72,3 +72,10 @@ def test_the_cli_builds_the_config_from_its_flags(monkeypatch):
     assert engine_config(_parser().parse_args(["chat"])).kv_memory_mb == 64.0
     with pytest.raises(ValueError, match="matmul_dtype"):
         engine_config(_parser().parse_args(["chat", "--matmul-dtype", "fp8"]))
+
+
+def test_pool_spin_is_bounded_below():
+    assert EngineConfig().pool_spin_us > 0
+    assert EngineConfig(pool_spin_us=0).pool_spin_us == 0
+    with pytest.raises(ValueError, match="pool_spin_us"):
+        EngineConfig(pool_spin_us=-1)

@@ -214,6 +214,24 @@ def test_overload_factor_reaches_the_laser_policy():
         make_engine(policy="laser", overload_ttft_factor=0.5)
 
 
+def test_steps_set_the_pools_spin():
+    """The C kernels' pool polls ``pool_spin_us`` after each call: every step sets it, so two
+    engines in one process each run with their own."""
+    from kernels import _cpu
+
+    lib = _cpu.library()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    try:
+        for spin in (7, 0):
+            engine = make_engine(pool_spin_us=spin)
+            engine.add_request(request("r", prompt_ids(5), max_tokens=2))
+            run(engine)
+            assert lib.laser_pool_spin() == spin
+    finally:
+        _cpu.set_threads(0, 0)
+
+
 def test_wide_steps_run_on_the_wide_thread_count():
     """A prefill of 64 tokens and more runs on ``wide_threads``, decode steps on
     ``num_threads``; the engine switches torch's count per step and keeps the results."""
