@@ -3,6 +3,7 @@
     .venv/bin/python bench/cpu_quant.py [--vs /tmp/old.so] [--rows 1,16,64] [--threads 1,2]
                                         [--isa avx2] [--parts 2] [--rounds 5]
     .venv/bin/python bench/cpu_quant.py --step [--vs /tmp/old.so] [--rows 1,16,64]
+                                        [--threads 2] [--spin 25]
 
 The bundled model's shapes and formats (fused QKV, O, gate-up, down as Q4_1; the LM head as
 Q8_0), random weights in those blocks, float32 activations in and out, as the engine calls
@@ -17,7 +18,9 @@ on one part always). Writes
 
 ``--step``: a whole decode step's matmuls instead (30 layers of the four projections, each
 layer its own weights, 50 MB of Q4_1, then the 28 MB Q8_0 head: they stream from memory as in
-the engine), one thread, each build in turn per round; writes ``bench/out/cpu_quant_step.json``.
+the engine), one thread (CPU time) or, with ``--threads N``, the pool's N (wall time; its
+workers poll ``--spin`` microseconds after each call, the engine's ``LASER_POOL_SPIN_US``), each
+build in turn per round; writes ``bench/out/cpu_quant_step.json``.
 """
 
 from __future__ import annotations
@@ -80,9 +83,11 @@ def timed(fn, clock, budget_s: float = 0.05) -> float:
     return elapsed / reps * 1e3
 
 
-def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts: int) -> None:
-    """The decode step's 121 calls on one thread, CPU time, each build in turn per round.
-    The packed layout is the same in both builds: one set of weights serves both."""
+def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts: int,
+         threads: int = 1) -> None:
+    """The decode step's 121 calls on ``threads`` (one: CPU time, more: wall time), each build
+    in turn per round. The packed layout is the same in both builds: one set of weights
+    serves both."""
     rng = np.random.default_rng(0)
     first = next(iter(libs.values()))
     calls = []
@@ -99,12 +104,13 @@ def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts:
         def run(lib: ctypes.CDLL) -> None:
             for n, k, fmt, w, split in calls:
                 lib.laser_gemm_q(xs[k].data_ptr(), 0, rows, k, w.data_ptr(), fmt, n,
-                                 outs[n].data_ptr(), 0, 1, split)
+                                 outs[n].data_ptr(), 0, threads, split)
 
+        clock = time.thread_time if threads == 1 else time.perf_counter
         times: dict[str, list[float]] = {key: [] for key in libs}
         for _ in range(rounds):
             for key, lib in libs.items():
-                times[key].append(timed(lambda lib=lib: run(lib), time.thread_time, 0.3))
+                times[key].append(timed(lambda lib=lib: run(lib), clock, 0.3))
         med = {key: statistics.median(v) for key, v in times.items()}
         ratio = med["old"] / med["new"] if "old" in libs else None
         print(f"{rows:>4} " + " ".join(f"{med[k]:8.2f}" for k in libs)
@@ -121,12 +127,14 @@ def main() -> None:
     parser.add_argument("--vs", help="another build of the kernels (.so) to alternate with")
     parser.add_argument("--lib", help="this side's build (default: this tree's, built here)")
     parser.add_argument("--rows", default="1,16,64")
-    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--threads", default=None, help="default: 1,2 (--step: 1)")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--isa", choices=quant.ISAS, help="cap the path (both builds)")
     parser.add_argument("--parts", type=int, choices=(1, 2), default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--step", action="store_true", help="a whole decode step's matmuls")
+    parser.add_argument("--spin", type=int, default=25,
+                        help="microseconds the pool's workers poll after a call")
     args = parser.parse_args()
     libs = {"new": load(args.lib)}
     if args.vs:
@@ -134,12 +142,16 @@ def main() -> None:
     for lib in libs.values():
         lib.laser_quant_isa(quant.ISAS.index(args.isa) if args.isa else len(quant.ISAS))
         lib.laser_pool_reserve(2)
+        if hasattr(lib, "laser_pool_set_spin"):
+            lib.laser_pool_set_spin(args.spin)
     isa = quant.ISAS[libs["new"].laser_quant_isa(-1)]
     rng = np.random.default_rng(0)
     rows_list = [int(r) for r in args.rows.split(",")]
     if args.step:
-        print(f"path {isa}, parts {args.parts}, rounds {args.rounds}, one thread, CPU time")
-        return step(libs, rows_list, args.rounds, args.parts)
+        threads = max(int(t) for t in (args.threads or "1").split(","))
+        print(f"path {isa}, parts {args.parts}, rounds {args.rounds}, " + (
+            "one thread, CPU time" if threads == 1 else f"{threads} threads, wall time"))
+        return step(libs, rows_list, args.rounds, args.parts, threads)
     results = []
     print(f"path {isa}, parts {args.parts}, rounds {args.rounds}; ms, median (1 thread: CPU "
           "time of the caller; 2: wall time)")
@@ -152,7 +164,7 @@ def main() -> None:
         weights = {key: packed(lib, raw, fmt, n, k) for key, lib in libs.items()}
         for rows in rows_list:
             x = torch.randn(rows, k)
-            for threads in (int(t) for t in args.threads.split(",")):
+            for threads in (int(t) for t in (args.threads or "1,2").split(",")):
                 # one thread: the caller's CPU time (what other processes on the machine take
                 # does not count); more: wall time (the pool's workers run beside it)
                 clock = time.thread_time if threads == 1 else time.perf_counter
