@@ -14,6 +14,7 @@ op set to run the layer on (:mod:`kernels.layer_ops`: these ops, or the C kernel
 from __future__ import annotations
 
 from kernels.activation import silu_and_mul
+from kernels.argmax import argmax
 from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
 from kernels.cpu_allocator import tune_cpu_allocator, zeros_in_huge_pages
 from kernels.decode_attention import block_index, paged_decode_attention
@@ -36,6 +37,7 @@ from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
+    "argmax",
     "DOWN",
     "GATE_UP",
     "O_PROJ",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels
 from inference.request import SamplingParams
 
 _M64 = (1 << 64) - 1
@@ -66,7 +67,7 @@ class Sampler:
             return SamplerOutput([], None, None)
         raw = logits
         logits = _apply_penalties(logits, rows)
-        chosen = logits.argmax(dim=-1)
+        chosen = kernels.argmax(logits)
         random_rows = [i for i, r in enumerate(rows) if not r.params.greedy]
         if random_rows:
             idx = torch.tensor(random_rows, dtype=torch.int64, device=logits.device)

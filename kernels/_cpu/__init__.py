@@ -57,6 +57,7 @@ SIGNATURES = {
                             _f32, _int, _i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _int,
                             _ptr, _i64, _ptr, _i64, _ptr, _ptr, _i64, _i64, _f32, _ptr, _int),
     "laser_rescore_top": (_ptr, _i64, _i64, _int, _ptr, _i64, _ptr, _int),
+    "laser_argmax_rows": (_ptr, _i64, _i64, _ptr, _int),
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int),
     "laser_gemm_q_rows": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _i64),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
@@ -339,6 +340,15 @@ def rescore_top(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor
     library().laser_rescore_top(logits.data_ptr(), num_rows, vocab, k, hidden.data_ptr(),
                                 hidden.shape[1], weight.data_ptr(), _gemm_threads(num_rows))
     return True
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """``kernels.argmax`` in C (``laser_argmax_rows``): ``x`` a contiguous float32 CPU
+    ``[rows, n]``, rows over the pool."""
+    rows, n = x.shape
+    out = torch.empty(rows, dtype=torch.int64)
+    library().laser_argmax_rows(x.data_ptr(), rows, n, out.data_ptr(), _gemm_threads(rows))
+    return out
 
 
 # the decoder layer and stack calls live in their own module; callers keep ``_cpu.<name>``

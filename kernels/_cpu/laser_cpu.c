@@ -423,3 +423,68 @@ void laser_rescore_top(float *logits, int64_t N, int64_t V, int k, const float *
     rescore_job j = {logits, hidden, weight, V, D, k};
     laser_pool_run(rescore_row, &j, N, threads < 1 ? 1 : threads);
 }
+
+/* out[r] = the first index of row r's largest value, a NaN counting as larger than any
+ * number (torch.argmax's answer), rows over the pool. The sampler's greedy pick over a
+ * 64-row step's logits (64 x 49,152) took 3.3 ms in torch on the one thread the engine's
+ * decode steps give it, 2.5 % of the step with the pool's workers idle. */
+typedef struct {
+    const float *x;
+    int64_t n;
+    int64_t *out;
+} argmax_job;
+
+static int64_t argmax_scalar(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return i;
+        if (x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
+static void argmax_task(void *arg, int64_t r) {
+    const argmax_job *j = (const argmax_job *)arg;
+    const float *x = j->x + r * j->n;
+    int64_t n = j->n;
+#if defined(__AVX2__)
+    if (n >= 8) {
+        /* the largest value (any NaN: the plain loop finds the first), then its first index */
+        __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+        int64_t i = 8;
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            m = _mm256_max_ps(m, v);
+        }
+        float lanes[8], top;
+        _mm256_storeu_ps(lanes, m);
+        top = lanes[0];
+        for (int l = 1; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
+        for (int64_t t = i; t < n; t++) top = x[t] > top ? x[t] : top;
+        int tail_nan = 0;
+        for (int64_t t = i; t < n; t++) tail_nan |= x[t] != x[t];
+        if (!_mm256_movemask_ps(nan) && !tail_nan) {
+            __m256 want = _mm256_set1_ps(top);
+            for (i = 0; i + 8 <= n; i += 8) {
+                int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want,
+                                                           _CMP_EQ_OQ));
+                if (hit) {
+                    j->out[r] = i + __builtin_ctz((unsigned)hit);
+                    return;
+                }
+            }
+            for (; i < n; i++)
+                if (x[i] == top) break;
+            j->out[r] = i;
+            return;
+        }
+    }
+#endif
+    j->out[r] = argmax_scalar(x, n);
+}
+
+void laser_argmax_rows(const float *x, int64_t rows, int64_t n, int64_t *out, int threads) {
+    argmax_job j = {x, n, out};
+    laser_pool_run(argmax_task, &j, rows, threads < 1 ? 1 : threads);
+}
