@@ -81,7 +81,7 @@ class ModelRunner:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  matmul_dtype: torch.dtype | str | None = None,
                  threads: tuple[int, int] | None = None,
-                 quant_max_rows: int | None = None, pool_spin_us: int = 0) -> None:
+                 quant_max_rows: int | None = None, pool_spin_us: int | None = None) -> None:
         self.model = model
         self.threads = threads
         self.device = torch.device(device)
@@ -95,7 +95,7 @@ class ModelRunner:
         # in the quantized and auto modes every core, decode steps included; the workers sleep
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
-        self.pool_spin_us = pool_spin_us
+        self.pool_spin_us = pool_spin_us  # set on the pool every step; None leaves it be
         self.quant_max_rows = quant_max_rows
         # AUTO without a pinned crossover: which packs are faster at which width
         self.sides = SideChooser() if quant_max_rows is None else None

@@ -239,7 +239,6 @@ THREADED_ROWS = 64  # from this many rows the matmul starts threads (torch's cou
 
 
 _POOL_THREADS = [0]
-_POOL_SPIN_US = [0]
 
 
 def set_threads(threads: int, spin_us: int | None = None) -> None:
@@ -249,11 +248,8 @@ def set_threads(threads: int, spin_us: int | None = None) -> None:
     calls, so every core can serve decode steps too). ``spin_us``: how long each worker polls
     for the next call before it sleeps (None: unchanged; 0: it sleeps at once)."""
     _POOL_THREADS[0] = max(0, int(threads))
-    if spin_us is not None and spin_us != _POOL_SPIN_US[0]:
-        lib = library()
-        if lib is not None:
-            lib.laser_pool_set_spin(int(spin_us))
-            _POOL_SPIN_US[0] = int(spin_us)
+    if spin_us is not None and (lib := library()) is not None:
+        lib.laser_pool_set_spin(int(spin_us))
 
 
 def _gemm_threads(num_rows: int) -> int:

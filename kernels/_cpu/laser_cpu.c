@@ -461,9 +461,11 @@ static void argmax_task(void *arg, int64_t r) {
         _mm256_storeu_ps(lanes, m);
         top = lanes[0];
         for (int l = 1; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-        for (int64_t t = i; t < n; t++) top = x[t] > top ? x[t] : top;
         int tail_nan = 0;
-        for (int64_t t = i; t < n; t++) tail_nan |= x[t] != x[t];
+        for (int64_t t = i; t < n; t++) {
+            tail_nan |= x[t] != x[t];
+            top = x[t] > top ? x[t] : top;
+        }
         if (!_mm256_movemask_ps(nan) && !tail_nan) {
             __m256 want = _mm256_set1_ps(top);
             for (i = 0; i + 8 <= n; i += 8) {

@@ -706,13 +706,13 @@ enum { QUANT_ROWS_TASK = 8 };
 typedef struct {
     const void *x;
     int x_dtype, parts, vec;
-    int64_t M, K, one_rows, rows_per_task;
+    int64_t M, K, one_rows;
     const qact *a;
 } quant_job;
 
 static void quant_task(void *arg, int64_t task) {
     const quant_job *q = (const quant_job *)arg;
-    int64_t m0 = task * q->rows_per_task, m1 = m0 + q->rows_per_task;
+    int64_t m0 = task * QUANT_ROWS_TASK, m1 = m0 + QUANT_ROWS_TASK;
     quantize_rows(q->x, q->x_dtype, m0, m1 < q->M ? m1 : q->M, q->K, q->parts, q->one_rows,
                   q->vec, q->a);
 }
@@ -720,7 +720,7 @@ static void quant_task(void *arg, int64_t task) {
 static void quantize_all(const void *x, int x_dtype, int64_t M, int64_t K, int parts,
                          int64_t one_rows, int vec, const qact *a, int threads) {
     quant_job q = {.x = x, .x_dtype = x_dtype, .parts = parts, .vec = vec, .M = M, .K = K,
-                   .one_rows = one_rows, .a = a, .rows_per_task = QUANT_ROWS_TASK};
+                   .one_rows = one_rows, .a = a};
     int64_t tasks = (M + QUANT_ROWS_TASK - 1) / QUANT_ROWS_TASK;
     laser_pool_run(quant_task, &q, tasks, M >= 2 * QUANT_ROWS_TASK ? threads : 1);
 }
