@@ -4,6 +4,7 @@ model's native CPU path against its PyTorch path."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -140,6 +141,23 @@ def test_decode_attention_is_the_same_bits_however_its_work_is_split(kv_dtype) -
     assert rel_err(outs[0], ref) < 1e-6
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], rtol=0, atol=0)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump to read the build with")
+def test_the_vector_attention_issues_its_prefetches() -> None:
+    """The attention's prefetch helper must inline into it: as a plain ``static inline``
+    holding only prefetches GCC 12 found it pure and deleted every call, so the attention
+    issued none (docs/engine.md). Read from the build itself: no timing involved."""
+    from kernels._cpu import quant
+
+    if not quant.supported():
+        pytest.skip("no vector path on this CPU (the plain-C attention prefetches nothing)")
+    lib = _cpu.library()
+    assert lib is not None
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib._name],
+                         capture_output=True, text=True, check=True).stdout
+    body = asm.split("<attn_task>:", 1)[1].split("\n\n", 1)[0]
+    assert "prefetcht" in body
 
 
 def test_rope_write_kv_into_a_float16_cache_rounds_what_it_writes() -> None:
