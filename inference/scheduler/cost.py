@@ -149,11 +149,18 @@ class EwmaCostEstimator:
     estimate grows with every token added to a step (the fill bisects on it). Until the first
     decode-only step, prompt steps teach the decode line (a stand-in: the first decode step
     replaces what they taught, keeping its slope's shape) and the extra stays 0.
+
+    Both lines keep their slope while their widths do not spread (``EwmaLine``'s ``spread``).
+    The decode line prices a prompt step's every token, but its own samples come in long
+    stretches of one width (2 chats + 14 bulk streams: 16 rows, their time drifting with the
+    context): unguarded, that noise pulled its slope to 0 within a few hundred steps, so a
+    step of 6 decodes and 54 prompt tokens was priced at 56 ms and took 92, past hot's TBT
+    target (docs/engine.md).
     """
 
     def __init__(self, base: float = 0.02, per_token: float = 2e-4, alpha: float = 0.05,
                  ) -> None:
-        self.decode = EwmaLine(base, per_token, alpha, clip=3.0)
+        self.decode = EwmaLine(base, per_token, alpha, clip=3.0, spread=0.25)
         # extra seconds by prompt tokens: chunks of one size for long stretches (spread)
         self.prompt = EwmaLine(0.0, per_token, alpha, clip=3.0, spread=0.25)
         self._decode_seen = False

@@ -115,3 +115,18 @@ def test_max_tokens_within_prices_tokens_past_the_decode_rows_as_prompt():
 @pytest.mark.parametrize("seconds, expect", [(0.0, 0), (0.015, 5), (1.0, 64)])
 def test_max_tokens_within_inverts_the_estimate(seconds, expect):
     assert max_tokens_within(LinearCost(0.01, 0.001), seconds, 0, 64) == expect
+
+
+def test_ewma_decode_steps_of_one_width_keep_the_slope_prompt_steps_are_priced_by():
+    """2 chats + 14 bulk streams decode 16 rows a step for long stretches while their context
+    grows; that drift is no slope, and a slope of 0 would price a prompt step's tokens as
+    free (6 decodes + 54 prompt tokens at 56 ms where it took 92)."""
+    est = EwmaCostEstimator(alpha=0.05)
+    for i in range(300):  # widths spread (a load ending): 1 ms a row is learned
+        rows = 1 + (i * 37) % 64
+        est.observe_step(rows, 0.004 + 1e-3 * rows)
+    for i in range(600):  # then 16 rows a step, slower as the context grows, with noise
+        est.observe_step(16 if i % 7 else 15, 0.020 + 1e-5 * i + (0.002 if i % 2 else -0.002))
+    assert est.decode.per_token == pytest.approx(1e-3, rel=0.1)
+    assert est.step_time(16) == pytest.approx(0.020 + 1e-5 * 600, rel=0.1)
+    assert est.step_time(60) > est.step_time(16) + 0.035  # 44 more tokens, about 1 ms each
