@@ -1,12 +1,15 @@
 """CPU precision modes: their speed against what they do to the answers.
 
     .venv/bin/python bench/cpu_precision.py [--tokens 32] [--torch-ops] [--threads N]
+        [--seqs 1,16,64] [--peer PATH/llama-server]
 
 The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
 mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
 layers' projections on the CPU's bfloat16 units, the LM head and everything between the
 matmuls float32), in ``quant`` (``matmul_dtype=quant``: the GGUF's Q4_1/Q8_0 blocks times
-int8-quantised activations, ``kernels._cpu.quant``) and in bfloat16 (weights and activations;
+int8-quantised activations, ``kernels._cpu.quant``), in ``quant-one`` (``quant`` with the decode
+steps' gate-up activations in one part, as before the selective second part:
+``kernels.packing.QUANT_DECODE_SPLIT``) and in bfloat16 (weights and activations;
 the KV cache stays float32 as the engine keeps it on CPU). Each mode's KV cache is the engine's
 default for it: float32 beside the exact matmuls, float16 beside ``mixed`` and ``quant``
 (``EngineConfig.torch_kv_dtype``). Reports per prompt and mode the
@@ -14,7 +17,7 @@ first-step logit error relative to float32, how many leading greedy tokens agree
 float32's answer ends (its first end-of-turn token), whether the mode's answer equals
 float32's (all tokens up to that end agree) and, where not, float32's top-2 logit margin at
 the first token that differs; then the answers' text, and a decode step's time at 1 and 16
-sequences in each mode (same process, alternating). With ``--peer`` (a ``llama-server``
+(``--seqs``) sequences in each mode (same process, alternating). With ``--peer`` (a ``llama-server``
 binary, e.g. the one ``../shared/peers/llama-server.sh`` prints) the peer's own greedy answers
 to the same prompt token ids on the same GGUF (``/completion``, temperature 0, EOS ignored,
 ``-t 2``) are compared with float32's in the same way (no logits: no error column; its EOS
@@ -41,7 +44,8 @@ from engine_throughput import torch_layer_ops  # noqa: E402
 from inference.engine.config import EngineConfig  # noqa: E402
 from inference.loaders import load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
-from kernels import _cpu  # noqa: E402
+from kernels import _cpu, packing  # noqa: E402
+from kernels._cpu import quant  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
            "Explain photosynthesis briefly.", "List three prime numbers.",
@@ -51,14 +55,14 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
 BLOCK = 16
 
 
-MODES = ("float32", "mixed", "quant", "bfloat16")
+MODES = ("float32", "mixed", "quant", "quant-one", "bfloat16")
 COMPARED = MODES[1:]
 
 
 def kv_dtype(mode: str) -> torch.dtype:
     """The KV cache the engine keeps beside ``mode``'s matmuls (``float32``, ``mixed``,
-    ``quant``, ``q8``, ``bfloat16``: bfloat16 weights, their own matmuls)."""
-    matmul = {"mixed": "bfloat16", "bfloat16": None}.get(mode, mode)
+    ``quant``, ``quant-one``, ``q8``, ``bfloat16``: bfloat16 weights, their own matmuls)."""
+    matmul = {"mixed": "bfloat16", "bfloat16": None, "quant-one": "quant"}.get(mode, mode)
     return EngineConfig(dtype="bfloat16" if mode == "bfloat16" else None,
                         matmul_dtype=matmul).torch_kv_dtype
 
@@ -137,9 +141,15 @@ def compare(ref: list[int], got: list[int], end: int, margins: list[float], name
 def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
     # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
-    matmul = {"mixed": torch.bfloat16, "quant": "quant"}.get(mode)
-    loaded.model.pack_linears(matmul, native_gemm=torch.get_num_threads() == 1)
-    if mode == "quant":
+    matmul = {"mixed": torch.bfloat16, "quant": "quant", "quant-one": "quant"}.get(mode)
+    saved = packing.QUANT_DECODE_SPLIT
+    if mode == "quant-one":  # quant before the selective gate-up: one part there
+        packing.QUANT_DECODE_SPLIT = tuple(quant.ONE if k == quant.SEL else k for k in saved)
+    try:
+        loaded.model.pack_linears(matmul, native_gemm=torch.get_num_threads() == 1)
+    finally:
+        packing.QUANT_DECODE_SPLIT = saved
+    if matmul == "quant":
         _cpu.set_threads(torch.get_num_threads())  # as the runner does in that mode
     return loaded
 
@@ -150,6 +160,8 @@ def main() -> None:
     ap.add_argument("--torch-ops", action="store_true",
                     help="the layers on PyTorch ops instead of the C kernels (kernels/_cpu)")
     ap.add_argument("--peer", default=None, help="llama-server binary: its answers too")
+    ap.add_argument("--seqs", type=lambda v: [int(n) for n in v.split(",")], default=[1, 16],
+                    help="sequences of the timed decode steps")
     ap.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1),
                     help="torch threads (default: the platform's LASER_THREADS default)")
     args = ap.parse_args()
@@ -181,7 +193,7 @@ def run(args: argparse.Namespace) -> None:
             row.update(compare(ref, peer[n], end, margins, "llama.cpp", end_banned=True))
         rows.append(row)
     timing = {}
-    for seqs in (1, 16):
+    for seqs in args.seqs:
         times = {m: [] for m in modes}
         for _ in range(3):  # alternate so that machine noise hits every mode alike
             for m, loaded in modes.items():

@@ -19,8 +19,9 @@ layer runs as one C call, and the whole stack too.
 ``QUANT`` / ``Q8``: every projection and the LM head screen on the quantized matmul, from the
 GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with prompt tokens
 quantise their activations in two parts (``PackedQuant.split_view``), decode steps too with
-``QUANT`` but for the gate-up projection (``QUANT_DECODE_SPLIT``): with one part everywhere, 4
-of bench/cpu_precision.py's 8 answers left float32's, with two none did. In a step with
+``QUANT`` but for the gate-up projection, which keeps the second part only in outlier blocks
+(``QUANT_DECODE_SPLIT``): with one part everywhere, 4 of bench/cpu_precision.py's 8 answers
+left float32's, with two none did. In a step with
 prompt tokens, the decode rows before its prompt chunks keep the decode steps' parts
 (``quant.PROMPT_TWO``): their tokens do not depend on a prompt sharing their step, and a
 gate-up projection in two parts made such a step of 48 decode rows and 2 prompt tokens 8 ms
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import _cpu
-from kernels._cpu.quant import PROMPT_TWO, TWO
+from kernels._cpu.quant import ONE, PROMPT_SEL, PROMPT_TWO, SEL, TWO
 from kernels.backends import LayerBackend, LayerShape, Packing
 from kernels.dispatch import use_native
 from kernels.linear import (
@@ -93,12 +94,14 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
     return Packing(backends, pack_linear_weight(head), screen)
 
 
-# ``QUANT``'s decode steps: which projections (qkv, o, gate_up, down) quantise their
-# activations in two parts. gate_up (half a layer's multiply-adds) takes one: 1.10-1.14x the
-# throughput at 16 and 64 streams, its answers 6 of bench/cpu_precision.py's 8 (all two: 7,
-# one part everywhere as ``Q8``: 5; qkv in one part too: 5) and decode-step perplexity 18.991
-# (all two: 18.957, llama.cpp's 19.098; docs/engine.md).
-QUANT_DECODE_SPLIT = (True, True, False, True)
+# ``QUANT``'s decode steps: how each projection (qkv, o, gate_up, down) quantises its
+# activations (``quant.split``). gate_up (half a layer's multiply-adds) keeps the second part
+# only in each row's outlier blocks (``SEL``): in two parts everywhere it cost 7-20 % of the
+# throughput at 16 and 64 streams; in one part its rounding was most of quant's error, and
+# mostly in a few blocks (the top 2 of 18 by scale held 37-75 % of a layer's). SEL keeps 8 %
+# of the blocks' second parts and cuts the decode logits' KL divergence from float32 by 57 %
+# (docs/engine.md).
+QUANT_DECODE_SPLIT = (TWO, TWO, SEL, TWO)
 
 
 def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
@@ -106,11 +109,12 @@ def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shap
     backends = []
     for layer in layers:
         packs = tuple(pack_quant_weight(w, b) for w, b in zip(layer.projections, layer.blocks))
-        decode = tuple(p.split_view() if two else p for p, two in zip(packs, QUANT_DECODE_SPLIT,
-                                                                       strict=True)) \
+        decode = tuple(p.split_view(kind) if kind else p
+                       for p, kind in zip(packs, QUANT_DECODE_SPLIT, strict=True)) \
             if split_decode else packs
         # prompt rows in two parts; decode rows beside them as in a decode step (the C layer)
-        prompt = tuple(p.split_view(TWO if p.split else PROMPT_TWO) for p in decode)
+        prompt = tuple(p.split_view({ONE: PROMPT_TWO, SEL: PROMPT_SEL}.get(p.split, TWO))
+                       for p in decode)
         backends.append(LayerBackend(decode, prompt, layer.qkv_bias is None, layer.norms,
                                      shape))
     return Packing(backends, pack_linear_weight(head), pack_quant_weight(head, head_blocks),

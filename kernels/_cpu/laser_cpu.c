@@ -286,18 +286,20 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
  * projection's product (the next layer's x).
  * Weights w[4]: qkv [(H + 2 KVH) D, hidden], o [hidden, H D], gate_up [2 I, hidden] and down
  * [hidden, I], each in laser_pack_bf16's layout (fmts[i] = 0) or laser_pack_q's (fmts[i] the
- * GGML type, + 256 for two-part activations, + 512 for two parts in the rows of prompt
- * chunks but one in the `single` rows before them (the step's decode rows, which the runner
- * puts first: AttentionMetadata.single_rows): those then get a decode step's bits and
+ * GGML type, + 256 for two-part activations, + 768 for selective ones (laser_quant.c),
+ * + 512 for two parts in the rows of prompt chunks but one in the `single` rows before them
+ * (+ 1024: selective there) (the step's decode rows, which the runner puts first:
+ * AttentionMetadata.single_rows): those then get a decode step's bits and
  * cost, whatever shares their step; in quant mode's gate-up projection two parts cost a step
  * of 48 decode rows and 2 prompt tokens 8 ms more than 48 rows alone, one part 2 ms). The
  * rest as laser_rope_write_kv and laser_paged_attention take it; `threads` for the matmuls
  * and the attention. */
 static void layer_matmul(const void *w, int fmt, const void *x, int act, int64_t T, int64_t K,
                          int64_t N, void *out, int threads, int64_t single) {
-    if (fmt >> 8 == 2) /* two parts for prompt rows, one for the decode rows before them */
+    if (fmt >> 8 == 2 || fmt >> 8 == 4) /* two parts for prompt rows, a decode step's for
+                                          * the decode rows before them */
         laser_gemm_q_rows(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
-                          single);
+                          fmt >> 8, single);
     else if (fmt)
         laser_gemm_q(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
                      fmt >> 8);

@@ -65,12 +65,15 @@ static inline size_t elem_size(int dtype) { return dtype == F32 ? 4 : 2; }
 typedef void (*laser_task_fn)(void *arg, int64_t task);
 void laser_pool_run(laser_task_fn fn, void *arg, int64_t ntasks, int threads);
 
+/* split: activations in one part (0), two (1) or two kept only in each row's outlier
+ * blocks (3, selective: laser_quant.c) */
 void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
                   int64_t N, void *out, int out_dtype, int threads, int split);
-/* laser_gemm_q with two-part activations but for rows [0, one_rows), in one part */
+/* laser_gemm_q with two-part activations but for rows [0, rows): in one part (split 2) or
+ * selective (split 4), as a decode step's */
 void laser_gemm_q_rows(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w,
-                       int fmt, int64_t N, void *out, int out_dtype, int threads,
-                       int64_t one_rows);
+                       int fmt, int64_t N, void *out, int out_dtype, int threads, int split,
+                       int64_t rows);
 
 static inline void load_row(const void *src, int dtype, int64_t n, float *dst) {
     if (dtype == F32) {

@@ -38,14 +38,17 @@ def isa(limit: int | None = None) -> str:
     return ISAS[library().laser_quant_isa(-1 if limit is None else limit)]
 
 
-ONE, TWO, PROMPT_TWO = 0, 1, 2  # PackedQuant.split: activations in one part, two, or two
-# for the prompt rows of a step and one for its decode rows before them (laser_decoder_layer)
+# PackedQuant.split: activations in one part, two, two for the prompt rows of a step and one
+# for its decode rows before them (laser_decoder_layer); SEL: two kept only in each row's
+# outlier blocks (laser_quant.c), PROMPT_SEL: two for the prompt rows, SEL for the decode rows
+ONE, TWO, PROMPT_TWO, SEL, PROMPT_SEL = 0, 1, 2, 3, 4
 
 
 class PackedQuant:
     """One quantized weight in ``laser_pack_q``'s layout, standing where ``kernels.linear``
     takes a packed weight. Activations around it stay float32 (``dtype``); ``split`` says in
-    how many parts they are quantised (``ONE``, ``TWO``, ``PROMPT_TWO``)."""
+    how many parts they are quantised (``ONE``, ``TWO``, ``PROMPT_TWO``, ``SEL``,
+    ``PROMPT_SEL``)."""
 
     __slots__ = ("data", "fmt", "out_features", "in_features", "split")
     dtype = torch.float32
@@ -108,9 +111,9 @@ def dequantize(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
 def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.float32,
            threads: int | None = None, one_rows: int = 0) -> torch.Tensor:
     """``x`` ``[M, K]`` (float32 or bfloat16) times the packed weight transposed: ``[M, N]`` in
-    ``out_dtype`` (float32 or bfloat16); a ``PROMPT_TWO`` pack takes rows ``[0, one_rows)``
-    in one part (a step's decode rows). ``threads``: the pool's (default: ``set_threads``'s
-    setting, else one below ``THREADED_ROWS`` rows)."""
+    ``out_dtype`` (float32 or bfloat16); a ``PROMPT_TWO`` (``PROMPT_SEL``) pack takes rows
+    ``[0, one_rows)`` in one part (``SEL``): a step's decode rows. ``threads``: the pool's
+    (default: ``set_threads``'s setting, else one below ``THREADED_ROWS`` rows)."""
     from . import DTYPES
 
     if x.dtype not in DTYPES:
@@ -125,8 +128,9 @@ def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.
         threads = _gemm_threads(num_rows) if threads is None else threads
         args = (x.data_ptr(), DTYPES[x.dtype], num_rows, k, packed.data.data_ptr(), packed.fmt,
                 packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
-        if packed.split == PROMPT_TWO and one_rows > 0:
-            library().laser_gemm_q_rows(*args, one_rows)
+        split = packed.split
+        if split in (PROMPT_TWO, PROMPT_SEL) and one_rows > 0:
+            library().laser_gemm_q_rows(*args, split, one_rows)
         else:
-            library().laser_gemm_q(*args, int(packed.split != ONE))
+            library().laser_gemm_q(*args, split if split == SEL else int(split != ONE))
     return out

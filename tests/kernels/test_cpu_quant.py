@@ -75,16 +75,20 @@ def test_gemm_equals_the_float64_product_of_its_operands(fmt, shape, rows) -> No
     assert (two.double() - exact).abs().max() <= 5e-5 * scale
 
 
+SPLITS = [quant.ONE, quant.TWO, quant.SEL]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("split", SPLITS)
 def test_every_vector_path_and_thread_count_gives_the_same_bits(fmt, split) -> None:
     """AVX-512 VNNI, AVX-VNNI, AVX2 and plain C sum the same integers and the same floats in
     the same order; threads split whole output groups. Paths this CPU lacks are skipped by
     ``laser_quant_isa`` (it never reports more than it built)."""
     raw, _ = _weight(fmt, 70, 192)
     packed = quant.pack_q(raw, fmt, 70, 192)
-    packed = packed.split_view() if split else packed
+    packed = packed.split_view(split) if split else packed
     x = torch.randn(9, 192)
+    x[::2, 64:96] *= 8  # outlier blocks in some rows (SEL keeps their second parts)
     quant.isa(0)
     assert quant.isa() == "scalar"
     want = quant.gemm_q(x, packed, threads=1)
@@ -120,7 +124,7 @@ def _edge_rows(rows: int, k: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("n,k", [(16, 32), (33, 96), (70, 192), (131, 160)])
 def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
     """Rows 1..70 (across every tile height a vector path takes, and its remainders), odd
@@ -128,7 +132,7 @@ def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
     included, equals the plain C path (which quantises in plain C too)."""
     raw, _ = _weight(fmt, n, k, seed=n)
     packed = quant.pack_q(raw, fmt, n, k)
-    packed = packed.split_view() if split else packed
+    packed = packed.split_view(split) if split else packed
     x = _edge_rows(70, k)
     quant.isa(0)
     want = quant.gemm_q(x, packed, threads=1)
@@ -144,16 +148,20 @@ def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("one_rows", [1, 3, 8, 13, 29])
-def test_decode_rows_before_a_prompt_chunk_get_a_decode_steps_bits(fmt, one_rows) -> None:
-    """A two-part call with its first rows in one part (``PROMPT_TWO``, a step's decode rows
-    beside a prompt chunk): those rows equal a one-part call's, the rest a two-part call's,
-    on every path and thread count (tiles of each height straddle the boundary)."""
+@pytest.mark.parametrize("kind, decode", [(quant.PROMPT_TWO, quant.ONE),
+                                          (quant.PROMPT_SEL, quant.SEL)])
+def test_decode_rows_before_a_prompt_chunk_get_a_decode_steps_bits(fmt, one_rows, kind,
+                                                                   decode) -> None:
+    """A two-part call with its first rows as a decode step's (``PROMPT_TWO``: one part,
+    ``PROMPT_SEL``: selective; a step's decode rows beside a prompt chunk): those rows equal
+    such a call's, the rest a two-part call's, on every path and thread count (tiles of each
+    height straddle the boundary)."""
     raw, _ = _weight(fmt, 70, 192, seed=one_rows)
     one = quant.pack_q(raw, fmt, 70, 192)
-    mixed = one.split_view(quant.PROMPT_TWO)
+    mixed = one.split_view(kind)
     x = _edge_rows(37, 192)
     quant.isa(0)
-    want = torch.cat([quant.gemm_q(x[:one_rows], one, threads=1),
+    want = torch.cat([quant.gemm_q(x[:one_rows], one.split_view(decode), threads=1),
                       quant.gemm_q(x[one_rows:], one.split_view(), threads=1)])
     assert not torch.equal(want, quant.gemm_q(x, one.split_view(), threads=1))
     for level in ISA_LEVELS:
@@ -163,6 +171,33 @@ def test_decode_rows_before_a_prompt_chunk_get_a_decode_steps_bits(fmt, one_rows
             assert torch.equal(got, want), (used, threads)
     # without the rows it is a two-part call (the per-projection path's prompt steps)
     assert torch.equal(quant.gemm_q(x, mixed, threads=1), quant.gemm_q(x, one.split_view()))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_selective_rows_keep_the_second_part_only_in_their_outlier_blocks(fmt) -> None:
+    """``SEL``: a row without an outlier block (no block's scale above twice the row's mean)
+    has the one-part bits; a row with one is closer to the exact product than one part, and
+    has the bits it has alone, whatever else shares the call and its tiles (on every path)."""
+    raw, _ = _weight(fmt, 48, 192)
+    one = quant.pack_q(raw, fmt, 48, 192)
+    sel = one.split_view(quant.SEL)
+    w = quant.dequantize(raw, fmt, 48, 192).double()
+    plain = torch.randn(6, 192, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(quant.gemm_q(plain, sel), quant.gemm_q(plain, one))
+    x = plain.clone()
+    x[1::2, 96:128] *= 12  # rows 1, 3, 5: an outlier block
+    exact = x.double() @ w.T
+    got, rounded = quant.gemm_q(x, sel), quant.gemm_q(x, one)
+    assert torch.equal(got[0::2], rounded[0::2])
+    for r in (1, 3, 5):
+        err = (got[r].double() - exact[r]).norm()
+        assert err < 0.5 * (rounded[r].double() - exact[r]).norm(), r
+    for level in ISA_LEVELS:
+        used = quant.isa(level)
+        for threads in (1, 2):
+            alone = torch.cat([quant.gemm_q(x[r:r + 1], sel, threads=threads) for r in range(6)])
+            assert torch.equal(alone, got), (used, threads)
+            assert torch.equal(quant.gemm_q(x, sel, threads=threads), got), (used, threads)
 
 
 def test_calls_from_many_threads_at_once_keep_their_own_activations() -> None:

@@ -41,9 +41,10 @@ def _run(model, monkeypatch):
 def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None:
     """On weights that are Q8_0 values, float32 multiplies exactly what the quantized matmul
     stores: two-part activations everywhere stay within 1e-3 of it, one part in every decode
-    matmul (q8) adds its own rounding, and quant (one part in its decode steps' gate-up
-    projection only) lies between. (The head's screen is rescored in float32 over the whole
-    tiny vocabulary here: its tail has the one-part rounding in every mode.)"""
+    matmul (q8) adds its own rounding, and quant (its decode steps' gate-up projection in one
+    part but for each row's outlier blocks) lies between. (The head's screen is rescored in
+    float32 over the whole tiny vocabulary here: its tail has the one-part rounding in every
+    mode.)"""
     from kernels import backends, packing
 
     monkeypatch.setattr(backends, "SCREEN_TOP", 96)
