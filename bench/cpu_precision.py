@@ -138,18 +138,25 @@ def compare(ref: list[int], got: list[int], end: int, margins: list[float], name
             f"{name}_margin": None if agree == len(ref) else margins[agree]}
 
 
-def load(mode: str):
-    loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
-    # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
-    matmul = {"mixed": torch.bfloat16, "quant": "quant", "quant-one": "quant"}.get(mode)
+MATMUL = {"mixed": torch.bfloat16, "quant": "quant", "quant-one": "quant", "q8": "q8"}
+
+
+def pack(model, mode: str, native_gemm: bool) -> None:
+    """Pack ``model``'s projections for ``mode`` (float32, bfloat16: their own dtype)."""
     saved = packing.QUANT_DECODE_SPLIT
     if mode == "quant-one":  # quant before the selective gate-up: one part there
         packing.QUANT_DECODE_SPLIT = tuple(quant.ONE if k == quant.SEL else k for k in saved)
     try:
-        loaded.model.pack_linears(matmul, native_gemm=torch.get_num_threads() == 1)
+        model.pack_linears(MATMUL.get(mode), native_gemm=native_gemm)
     finally:
         packing.QUANT_DECODE_SPLIT = saved
-    if matmul == "quant":
+
+
+def load(mode: str):
+    loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
+    # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
+    pack(loaded.model, mode, native_gemm=torch.get_num_threads() == 1)
+    if MATMUL.get(mode) == "quant":
         _cpu.set_threads(torch.get_num_threads())  # as the runner does in that mode
     return loaded
 

@@ -1,6 +1,6 @@
 """Perplexity of Laser's CPU modes over a fixed public-domain text, beside llama.cpp's own.
 
-    .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,q8]
+    .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,quant-one,q8]
         [--decode] [--llama-perplexity PATH/llama-perplexity] [--threads N]
 
 The precision gate of the quantized matmul (docs/engine.md): the bundled SmolLM2-135M GGUF over
@@ -37,20 +37,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cpu_precision import kv_dtype  # noqa: E402
+from cpu_precision import kv_dtype, pack  # noqa: E402
 
 from inference.loaders import default_model_path, load_model  # noqa: E402
 from inference.model import AttentionMetadata  # noqa: E402
 from kernels import _cpu  # noqa: E402
 
 TEXT = Path(__file__).resolve().parent / "data" / "declaration_of_independence.txt"
-MATMUL = {"float32": None, "mixed": torch.bfloat16, "quant": "quant", "q8": "q8"}
 BLOCK = 16
 
 
 def load(mode: str, threads: int):
     loaded = load_model()
-    loaded.model.pack_linears(MATMUL[mode], native_gemm=threads == 1)
+    pack(loaded.model, mode, native_gemm=threads == 1)
     return loaded
 
 
