@@ -143,8 +143,10 @@ typedef struct {
     int32_t *sum;  /* [R, K / 32] sums of q */
     float *ms;     /* [M, K / 32] e * (256 sum1 + sum2) (one part: e * sum): Q4_1's minima's
                     * factor, once per row and block rather than in every tile */
-    uint8_t *keep; /* [M, K / 32] whether the block's second part is kept (selective rows);
-                    * NULL where every two-part row keeps all */
+    uint8_t *keep; /* [K / 32, M] whether the block's second part is kept (selective rows),
+                    * by block, so that a tile's rows are side by side; NULL where every
+                    * two-part row keeps all */
+    int64_t M;
 } qact;
 
 static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
@@ -247,8 +249,8 @@ static void select_blocks(const void *x, int x_dtype, const qact *a, int64_t m, 
     for (int64_t b = 0; b < nb; b++) {
         int64_t s1 = (2 * m + 1) * nb + b;
         int8_t *q2 = a->q + (2 * m + 1) * K + b * QK;
-        a->keep[m * nb + b] = e1[b] > mean;
-        if (a->keep[m * nb + b]) {
+        a->keep[b * a->M + m] = e1[b] > mean;
+        if (a->keep[b * a->M + m]) {
             quantize_rest(block_of(x, x_dtype, m, b, K, wide), a->q + 2 * m * K + b * QK, e1[b],
                           q2, a->e + s1, a->sum + s1);
         } else {
@@ -288,7 +290,7 @@ static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, in
         if (sel)
             select_blocks(x, x_dtype, a, m, nb, K);
         else if (a->keep)
-            memset(a->keep + m * nb, 1, (size_t)nb);
+            for (int64_t b = 0; b < nb; b++) a->keep[b * a->M + m] = 1;
         int two = parts == 2 && m >= one_rows;
         for (int64_t b = 0; b < nb; b++) {
             int64_t s0 = m * parts * nb + b, s1 = s0 + (parts - 1) * nb;
@@ -308,6 +310,16 @@ typedef struct {
     int64_t M, K, N, groups_per_task, groups;
     char *out;
 } qjob;
+
+/* whether a row of the tile m0 .. m0 + mr - 1 keeps block b's second part (selective rows:
+ * where none does, every q2 there is 0 and a tile skips its products; rows in two parts
+ * keep all, a.keep NULL) */
+static inline int keeps_second(const qjob *j, int64_t m0, int mr, int64_t b) {
+    if (!j->a.keep) return 1;
+    uint64_t rows = 0; /* mr <= 8 flags side by side: one load (a constant mr in each tile) */
+    memcpy(&rows, j->a.keep + b * j->M + m0, (size_t)mr);
+    return rows != 0;
+}
 
 static void store_out(const qjob *j, int64_t m, int64_t n0, const float *v, int count) {
     if (j->out_dtype == F32) {
@@ -448,12 +460,17 @@ static inline __attribute__((always_inline)) void tile_avxvnni_half(const qjob *
                 w[l + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             }
         }
+        int second = PARTS == 2 && keeps_second(j, m0, mr, b);
 #pragma GCC unroll 8
         for (int m = 0; m < mr; m++) {
             int64_t row = (m0 + m) * j->stride, last = row + PARTS - 1;
             __m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 2
             for (int p = 0; p < PARTS; p++) {
+                if (p && !second) { /* every row's q2 is 0 here: 256 s1 + 0 */
+                    isum = _mm256_slli_epi32(isum, 8);
+                    break;
+                }
                 const int32_t *xb = (const int32_t *)(j->a.q + (row + p) * j->K + b * QK);
                 int32_t xs = j->a.sum[(row + p) * nb + b];
                 __m256i a0 = _mm256_set1_epi32(-off * xs), a1 = _mm256_setzero_si256();
@@ -499,8 +516,13 @@ static inline __attribute__((always_inline)) void tile_avx2_lines(const qjob *j,
         const uint8_t *blk = wg + b * bb;
         if (ahead) prefetch_next(blk, nb, bb);
         __m256i isum[8];
+        int second = PARTS == 2 && keeps_second(j, m0, mr, b);
 #pragma GCC unroll 2
         for (int p = 0; p < PARTS; p++) {
+            if (p && !second) { /* every row's q2 is 0 here: 256 s1 + 0 */
+                for (int m = 0; m < mr; m++) isum[m] = _mm256_slli_epi32(isum[m], 8);
+                break;
+            }
             __m256i s[8];
             for (int m = 0; m < 8; m++) s[m] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -642,11 +664,7 @@ static inline __attribute__((always_inline)) void tile_512(const qjob *j, int64_
                 w[l + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
             }
         }
-        int second = PARTS == 2; /* selective rows: does any row of the tile keep it here */
-        if (PARTS == 2 && j->a.keep) {
-            second = 0;
-            for (int m = 0; m < mr; m++) second |= j->a.keep[(m0 + m) * nb + b];
-        }
+        int second = PARTS == 2 && keeps_second(j, m0, mr, b);
 #pragma GCC unroll 8
         for (int m = 0; m < mr; m++) {
             int64_t row = (m0 + m) * j->stride, last = row + PARTS - 1;
@@ -836,6 +854,7 @@ static void gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8
     j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
     j.a.ms = (float *)(buf + R * K + R * nb * 8);
     j.a.keep = sel_rows ? (uint8_t *)(buf + R * K + R * nb * 8 + M * nb * 4) : NULL;
+    j.a.M = M;
     if (threads < 1) threads = 1;
     quantize_all(x, x_dtype, M, K, parts, j.one_rows, sel_rows, j.isa != ISA_SCALAR, &j.a,
                  threads);
