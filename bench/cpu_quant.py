@@ -104,7 +104,7 @@ def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts:
         def run(lib: ctypes.CDLL) -> None:
             for n, k, fmt, w, split in calls:
                 lib.laser_gemm_q(xs[k].data_ptr(), 0, rows, k, w.data_ptr(), fmt, n,
-                                 outs[n].data_ptr(), 0, threads, split)
+                                 outs[n].data_ptr(), 0, threads, split, 0)
 
         clock = time.thread_time if threads == 1 else time.perf_counter
         times: dict[str, list[float]] = {key: [] for key in libs}
@@ -177,7 +177,7 @@ def main() -> None:
 
                         def call(lib=lib, w=weights[key], out=out) -> None:
                             lib.laser_gemm_q(x.data_ptr(), 0, rows, k, w.data_ptr(), fmt, n,
-                                             out.data_ptr(), 0, threads, split)
+                                             out.data_ptr(), 0, threads, split, 0)
 
                         times[key].append(timed(call, clock))
                 med = {key: statistics.median(v) for key, v in times.items()}

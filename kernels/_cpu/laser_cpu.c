@@ -296,13 +296,9 @@ void laser_gemm_bf16(const void *x, int x_dtype, int64_t M, int64_t K, const uin
  * and the attention. */
 static void layer_matmul(const void *w, int fmt, const void *x, int act, int64_t T, int64_t K,
                          int64_t N, void *out, int threads, int64_t single) {
-    if (fmt >> 8 == 2 || fmt >> 8 == 4) /* two parts for prompt rows, a decode step's for
-                                          * the decode rows before them */
-        laser_gemm_q_rows(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
-                          fmt >> 8, single);
-    else if (fmt)
+    if (fmt) /* splits 2 and 4: a decode step's parts for the `single` rows */
         laser_gemm_q(x, act, T, K, (const uint8_t *)w, fmt & 255, N, out, act, threads,
-                     fmt >> 8);
+                     fmt >> 8, single);
     else
         laser_gemm_bf16(x, act, T, K, (const uint16_t *)w, N, out, act, threads);
 }

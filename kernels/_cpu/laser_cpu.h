@@ -65,15 +65,11 @@ static inline size_t elem_size(int dtype) { return dtype == F32 ? 4 : 2; }
 typedef void (*laser_task_fn)(void *arg, int64_t task);
 void laser_pool_run(laser_task_fn fn, void *arg, int64_t ntasks, int threads);
 
-/* split: activations in one part (0), two (1) or two kept only in each row's outlier
- * blocks (3, selective: laser_quant.c) */
+/* split: activations in one part (0), two (1), two kept only in each row's outlier blocks
+ * (3, selective: laser_quant.c), or two but for rows [0, rows): those in one part (2) or
+ * selective (4), as a decode step's; `rows` is read by 2 and 4 only */
 void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
-                  int64_t N, void *out, int out_dtype, int threads, int split);
-/* laser_gemm_q with two-part activations but for rows [0, rows): in one part (split 2) or
- * selective (split 4), as a decode step's */
-void laser_gemm_q_rows(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w,
-                       int fmt, int64_t N, void *out, int out_dtype, int threads, int split,
-                       int64_t rows);
+                  int64_t N, void *out, int out_dtype, int threads, int split, int64_t rows);
 
 static inline void load_row(const void *src, int dtype, int64_t n, float *dst) {
     if (dtype == F32) {

@@ -15,7 +15,7 @@
  * about 15 bits kept, the same weights (as the bfloat16 matmul's split activations,
  * laser_cpu.c); the two integer sums meet as 256 s1 + s2 before the one float step. Part 1
  * (q1, e1) is exactly the one-part quantisation, so a split call may run its first rows in
- * one part on it (laser_gemm_q_rows: a step's decode rows, beside its prompt chunks).
+ * one part on it (SPLIT_ONE_ROWS: a step's decode rows, beside its prompt chunks).
  * Selective rows (SEL) keep the second part only in a row's outlier blocks, those whose scale
  * exceeds SEL_OUTLIER times the row's mean scale; elsewhere q2 = 0, and 256 s1 + 0 at scale
  * e1 / 256 is exactly s1 at e1 (both scalings are powers of two), so such a block has the
@@ -59,7 +59,7 @@
 
 enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 }; /* GGML's type ids */
 enum { QK = 32, QG = 16 };              /* inputs a block, outputs a group */
-/* how the activations of a call are quantised (laser_gemm_q's split, laser_gemm_q_rows's) */
+/* how the activations of a call are quantised (laser_gemm_q's split) */
 enum { SPLIT_ONE = 0, SPLIT_TWO = 1, SPLIT_ONE_ROWS = 2, SPLIT_SEL = 3, SPLIT_SEL_ROWS = 4 };
 #define SEL_OUTLIER 2.0f /* a selective row keeps the second part where e1 > this x its mean */
 
@@ -146,7 +146,6 @@ typedef struct {
     uint8_t *keep; /* [K / 32, M] whether the block's second part is kept (selective rows),
                     * by block, so that a tile's rows are side by side; NULL where every
                     * two-part row keeps all */
-    int64_t M;
 } qact;
 
 static void quantize_block(const float *x, int8_t *q, float *e, int32_t *sum) {
@@ -240,8 +239,8 @@ static inline const float *block_of(const void *x, int x_dtype, int64_t m, int64
 
 /* a selective row's second part (its part 0 quantised): what part 0 left, in its outlier
  * blocks only; elsewhere q2 = 0 at the same scale e1 / 256 (module comment) */
-static void select_blocks(const void *x, int x_dtype, const qact *a, int64_t m, int64_t nb,
-                          int64_t K) {
+static void select_blocks(const void *x, int x_dtype, const qact *a, int64_t m, int64_t M,
+                          int64_t nb, int64_t K) {
     const float *e1 = a->e + 2 * m * nb;
     float mean = 0.0f, wide[QK];
     for (int64_t b = 0; b < nb; b++) mean += e1[b];
@@ -249,8 +248,8 @@ static void select_blocks(const void *x, int x_dtype, const qact *a, int64_t m, 
     for (int64_t b = 0; b < nb; b++) {
         int64_t s1 = (2 * m + 1) * nb + b;
         int8_t *q2 = a->q + (2 * m + 1) * K + b * QK;
-        a->keep[b * a->M + m] = e1[b] > mean;
-        if (a->keep[b * a->M + m]) {
+        a->keep[b * M + m] = e1[b] > mean;
+        if (a->keep[b * M + m]) {
             quantize_rest(block_of(x, x_dtype, m, b, K, wide), a->q + 2 * m * K + b * QK, e1[b],
                           q2, a->e + s1, a->sum + s1);
         } else {
@@ -261,22 +260,31 @@ static void select_blocks(const void *x, int x_dtype, const qact *a, int64_t m, 
     }
 }
 
-/* rows m0 .. m1 - 1 of x -> rows m * parts + p of a (p = 1: what part 0 left); rows
- * [0, sel_rows) selective; vec: on AVX2 (the scalar path, the reference, quantises in plain
- * C: the tests compare the two) */
-static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, int64_t K,
-                          int parts, int64_t one_rows, int64_t sel_rows, int vec,
-                          const qact *a) {
-    int64_t nb = K / QK;
+/* a call's activations to quantise: rows [0, one_rows) in one part though `parts` is 2,
+ * rows [0, sel_rows) selective; vec: on AVX2 (the scalar path, the reference, quantises in
+ * plain C: the tests compare the two) */
+typedef struct {
+    const void *x;
+    int x_dtype, parts, vec;
+    int64_t M, K, one_rows, sel_rows;
+    const qact *a;
+} quant_job;
+
+/* rows m0 .. m1 - 1 of x -> rows m * parts + p of a (p = 1: what part 0 left) */
+static void quantize_rows(const quant_job *q, int64_t m0, int64_t m1) {
+    const void *x = q->x;
+    const qact *a = q->a;
+    int x_dtype = q->x_dtype, parts = q->parts;
+    int64_t K = q->K, nb = K / QK;
     float wide[QK];
     for (int64_t m = m0; m < m1; m++) {
-        int sel = parts == 2 && m < sel_rows, now = sel ? 1 : parts; /* parts quantised here */
+        int sel = parts == 2 && m < q->sel_rows, now = sel ? 1 : parts; /* parts quantised here */
         for (int64_t b = 0; b < nb; b++) {
             const float *row = block_of(x, x_dtype, m, b, K, wide);
             int64_t r = m * parts, i0 = r * K + b * QK, i1 = (r + parts - 1) * K + b * QK;
             int64_t s0 = r * nb + b, s1 = (r + parts - 1) * nb + b;
 #if defined(__AVX2__) && defined(__FMA__)
-            if (vec)
+            if (q->vec)
                 quantize_block_avx2(row, now, a->q + i0, a->e + s0, a->sum + s0, a->q + i1,
                                     a->e + s1, a->sum + s1);
             else
@@ -288,10 +296,10 @@ static void quantize_rows(const void *x, int x_dtype, int64_t m0, int64_t m1, in
             }
         }
         if (sel)
-            select_blocks(x, x_dtype, a, m, nb, K);
+            select_blocks(x, x_dtype, a, m, q->M, nb, K);
         else if (a->keep)
-            for (int64_t b = 0; b < nb; b++) a->keep[b * a->M + m] = 1;
-        int two = parts == 2 && m >= one_rows;
+            for (int64_t b = 0; b < nb; b++) a->keep[b * q->M + m] = 1;
+        int two = parts == 2 && m >= q->one_rows;
         for (int64_t b = 0; b < nb; b++) {
             int64_t s0 = m * parts * nb + b, s1 = s0 + (parts - 1) * nb;
             a->ms[m * nb + b] = two ? a->e[s1] * (float)(256 * a->sum[s0] + a->sum[s1])
@@ -786,18 +794,10 @@ static void q_task(void *arg, int64_t task) {
  * while the workers waited: perf, the AVX2 VM) */
 enum { QUANT_ROWS_TASK = 8 };
 
-typedef struct {
-    const void *x;
-    int x_dtype, parts, vec;
-    int64_t M, K, one_rows, sel_rows;
-    const qact *a;
-} quant_job;
-
 static void quant_task(void *arg, int64_t task) {
     const quant_job *q = (const quant_job *)arg;
     int64_t m0 = task * QUANT_ROWS_TASK, m1 = m0 + QUANT_ROWS_TASK;
-    quantize_rows(q->x, q->x_dtype, m0, m1 < q->M ? m1 : q->M, q->K, q->parts, q->one_rows,
-                  q->sel_rows, q->vec, q->a);
+    quantize_rows(q, m0, m1 < q->M ? m1 : q->M);
 }
 
 static void quantize_all(const void *x, int x_dtype, int64_t M, int64_t K, int parts,
@@ -834,12 +834,12 @@ static void act_buffer_done(char *buf, size_t bytes) {
 }
 
 /* out [M, N] (out_dtype) = x [M, K] (x_dtype) times the packed weight [N, K] transposed, over
- * up to `threads` threads of the pool; split (SPLIT_*): one-part or two-part activations
- * (module comment), selective in every row, or two-part but for rows [0, rows): those in one
- * part (SPLIT_ONE_ROWS) or selective (SPLIT_SEL_ROWS), as a decode step's
- * (laser_decoder_layer) */
-static void gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
-                   int64_t N, void *out, int out_dtype, int threads, int split, int64_t rows) {
+ * up to `threads` threads of the pool; split (SPLIT_*, PackedQuant.split's values): one-part
+ * or two-part activations (module comment), selective in every row, or two-part but for rows
+ * [0, rows): those in one part (SPLIT_ONE_ROWS) or selective (SPLIT_SEL_ROWS), as a decode
+ * step's (laser_decoder_layer); `rows` is read by those two only */
+void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
+                  int64_t N, void *out, int out_dtype, int threads, int split, int64_t rows) {
     int parts = split == SPLIT_ONE ? 1 : 2;
     int64_t R = M * parts, nb = K / QK, first = rows < M ? rows : M;
     int64_t sel_rows = split == SPLIT_SEL ? M : split == SPLIT_SEL_ROWS ? first : 0;
@@ -854,7 +854,6 @@ static void gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8
     j.a.sum = (int32_t *)(buf + R * K + R * nb * 4);
     j.a.ms = (float *)(buf + R * K + R * nb * 8);
     j.a.keep = sel_rows ? (uint8_t *)(buf + R * K + R * nb * 8 + M * nb * 4) : NULL;
-    j.a.M = M;
     if (threads < 1) threads = 1;
     quantize_all(x, x_dtype, M, K, parts, j.one_rows, sel_rows, j.isa != ISA_SCALAR, &j.a,
                  threads);
@@ -867,15 +866,3 @@ static void gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8
     act_buffer_done(buf, bytes);
 }
 
-void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w, int fmt,
-                  int64_t N, void *out, int out_dtype, int threads, int split) {
-    gemm_q(x, x_dtype, M, K, w, fmt, N, out, out_dtype, threads,
-           split == SPLIT_SEL ? SPLIT_SEL : split ? SPLIT_TWO : SPLIT_ONE, 0);
-}
-
-void laser_gemm_q_rows(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_t *w,
-                       int fmt, int64_t N, void *out, int out_dtype, int threads, int split,
-                       int64_t rows) {
-    gemm_q(x, x_dtype, M, K, w, fmt, N, out, out_dtype, threads,
-           split == SPLIT_SEL_ROWS ? SPLIT_SEL_ROWS : SPLIT_ONE_ROWS, rows);
-}

@@ -38,9 +38,10 @@ def isa(limit: int | None = None) -> str:
     return ISAS[library().laser_quant_isa(-1 if limit is None else limit)]
 
 
-# PackedQuant.split: activations in one part, two, two for the prompt rows of a step and one
-# for its decode rows before them (laser_decoder_layer); SEL: two kept only in each row's
-# outlier blocks (laser_quant.c), PROMPT_SEL: two for the prompt rows, SEL for the decode rows
+# PackedQuant.split (laser_gemm_q's split): activations in one part, two, two for the prompt
+# rows of a step and one for its decode rows before them (laser_decoder_layer); SEL: two kept
+# only in each row's outlier blocks (laser_quant.c), PROMPT_SEL: two for the prompt rows, SEL
+# for the decode rows
 ONE, TWO, PROMPT_TWO, SEL, PROMPT_SEL = 0, 1, 2, 3, 4
 
 
@@ -126,11 +127,7 @@ def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
     if num_rows:
         threads = _gemm_threads(num_rows) if threads is None else threads
-        args = (x.data_ptr(), DTYPES[x.dtype], num_rows, k, packed.data.data_ptr(), packed.fmt,
-                packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
-        split = packed.split
-        if split in (PROMPT_TWO, PROMPT_SEL) and one_rows > 0:
-            library().laser_gemm_q_rows(*args, split, one_rows)
-        else:
-            library().laser_gemm_q(*args, split if split == SEL else int(split != ONE))
+        library().laser_gemm_q(x.data_ptr(), DTYPES[x.dtype], num_rows, k,
+                               packed.data.data_ptr(), packed.fmt, packed.out_features,
+                               out.data_ptr(), DTYPES[out_dtype], threads, packed.split, one_rows)
     return out
