@@ -1,16 +1,17 @@
 """CPU precision modes: their speed against what they do to the answers.
 
     .venv/bin/python bench/cpu_precision.py [--tokens 32] [--torch-ops] [--threads N]
-        [--seqs 1,16,64] [--peer PATH/llama-server]
+        [--seqs 1,16,64] [--peer PATH/llama-server] [--modes mixed,quant,q8,bfloat16]
 
 The bundled SmolLM2-135M, greedy (EOS ignored), eight chat prompts, run in float32 (the exact
 mode, equal to ``transformers`` on the same GGUF), in ``mixed`` (``matmul_dtype=bfloat16``: the
 layers' projections on the CPU's bfloat16 units, the LM head and everything between the
 matmuls float32), in ``quant`` (``matmul_dtype=quant``: the GGUF's Q4_1/Q8_0 blocks times
-int8-quantised activations, ``kernels._cpu.quant``), in ``quant-one`` (``quant`` with the decode
-steps' gate-up activations in one part, as before the selective second part:
-``kernels.packing.QUANT_DECODE_SPLIT``) and in bfloat16 (weights and activations;
-the KV cache stays float32 as the engine keeps it on CPU). Each mode's KV cache is the engine's
+int8-quantised activations in two parts, decode steps keeping the second only in each row's
+outlier blocks: ``kernels._cpu.quant``, ``kernels.packing.QUANT_DECODE_SPLIT``), in ``q8``
+(the same blocks, decode steps' activations in one part: llama.cpp's arithmetic), ``quant``
+with other decode splits if ``--modes`` names them (``quant-two``, ``quant:ttst``:
+``SPLIT_LETTERS``) and in bfloat16 (weights and activations). Each mode's KV cache is the engine's
 default for it: float32 beside the exact matmuls, float16 beside ``mixed`` and ``quant``
 (``EngineConfig.torch_kv_dtype``). Reports per prompt and mode the
 first-step logit error relative to float32, how many leading greedy tokens agree, where
@@ -55,14 +56,35 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
 BLOCK = 16
 
 
-MODES = ("float32", "mixed", "quant", "quant-one", "bfloat16")
-COMPARED = MODES[1:]
+MODES = ("float32", "mixed", "quant", "q8", "bfloat16")
+# quant with other decode splits (``kernels.packing.QUANT_DECODE_SPLIT``: qkv, o, gate_up,
+# down; o one part, t two, s selective): quant-two keeps both parts everywhere, "quant:...."
+# names any split ("quant:ttst" was quant's own until 2026-12-06); q8 is one part everywhere
+SPLIT_LETTERS = {"o": quant.ONE, "t": quant.TWO, "s": quant.SEL}
+NAMED_SPLITS = {"quant-two": (quant.TWO,) * 4}
+
+
+def decode_split(mode: str) -> tuple[int, ...] | None:
+    """The decode split a quant mode name asks for (None: quant's own, or not quant)."""
+    if mode.startswith("quant:"):
+        letters = mode.removeprefix("quant:")
+        if len(letters) != 4 or set(letters) - set(SPLIT_LETTERS):
+            raise SystemExit(f"{mode}: quant: takes four of o/t/s (qkv, o, gate_up, down)")
+        return tuple(SPLIT_LETTERS[c] for c in letters)
+    return NAMED_SPLITS.get(mode)
+
+
+def base_mode(mode: str) -> str:
+    """quant for quant's split variants, else ``mode``."""
+    return "quant" if decode_split(mode) is not None else mode
 
 
 def kv_dtype(mode: str) -> torch.dtype:
     """The KV cache the engine keeps beside ``mode``'s matmuls (``float32``, ``mixed``,
-    ``quant``, ``quant-one``, ``q8``, ``bfloat16``: bfloat16 weights, their own matmuls)."""
-    matmul = {"mixed": "bfloat16", "bfloat16": None, "quant-one": "quant"}.get(mode, mode)
+    ``quant`` and its split variants, ``q8``, ``bfloat16``: bfloat16 weights, their own
+    matmuls)."""
+    mode = base_mode(mode)
+    matmul = {"mixed": "bfloat16", "bfloat16": None}.get(mode, mode)
     return EngineConfig(dtype="bfloat16" if mode == "bfloat16" else None,
                         matmul_dtype=matmul).torch_kv_dtype
 
@@ -138,16 +160,15 @@ def compare(ref: list[int], got: list[int], end: int, margins: list[float], name
             f"{name}_margin": None if agree == len(ref) else margins[agree]}
 
 
-MATMUL = {"mixed": torch.bfloat16, "quant": "quant", "quant-one": "quant", "q8": "q8"}
+MATMUL = {"mixed": torch.bfloat16, "quant": "quant", "q8": "q8"}
 
 
 def pack(model, mode: str, native_gemm: bool) -> None:
     """Pack ``model``'s projections for ``mode`` (float32, bfloat16: their own dtype)."""
     saved = packing.QUANT_DECODE_SPLIT
-    if mode == "quant-one":  # quant before the selective gate-up: one part there
-        packing.QUANT_DECODE_SPLIT = tuple(quant.ONE if k == quant.SEL else k for k in saved)
+    packing.QUANT_DECODE_SPLIT = decode_split(mode) or saved
     try:
-        model.pack_linears(MATMUL.get(mode), native_gemm=native_gemm)
+        model.pack_linears(MATMUL.get(base_mode(mode)), native_gemm=native_gemm)
     finally:
         packing.QUANT_DECODE_SPLIT = saved
 
@@ -156,7 +177,7 @@ def load(mode: str):
     loaded = load_model(dtype=torch.bfloat16 if mode == "bfloat16" else torch.float32)
     # as the engine does: one decode thread gives the bfloat16 matmuls to Laser's own kernel
     pack(loaded.model, mode, native_gemm=torch.get_num_threads() == 1)
-    if MATMUL.get(mode) == "quant":
+    if MATMUL.get(base_mode(mode)) == "quant":
         _cpu.set_threads(torch.get_num_threads())  # as the runner does in that mode
     return loaded
 
@@ -171,6 +192,8 @@ def main() -> None:
                     help="sequences of the timed decode steps")
     ap.add_argument("--threads", type=int, default=max(1, len(os.sched_getaffinity(0)) - 1),
                     help="torch threads (default: the platform's LASER_THREADS default)")
+    ap.add_argument("--modes", default=",".join(MODES[1:]),
+                    help="modes compared with float32 (quant-two, quant:ttst: module doc)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with torch_layer_ops(args.torch_ops):
@@ -178,7 +201,8 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    modes = {m: load(m) for m in MODES}
+    compared = [m for m in args.modes.split(",") if m != "float32"]
+    modes = {m: load(m) for m in ("float32", *compared)}
     exact = modes["float32"]
     prompt_ids = [exact.encode_chat([{"role": "user", "content": p}], add_generation_prompt=True)
                   for p in PROMPTS]
@@ -189,7 +213,7 @@ def run(args: argparse.Namespace) -> None:
         ref, ref_logits = greedy(exact.model, ids, args.tokens, margins)
         end = next((i for i, t in enumerate(ref) if t in exact.stop_token_ids), len(ref))
         row = {"prompt": prompt, "answer_tokens": end, "float32": exact.tokenizer.decode(ref)}
-        for mode in COMPARED:
+        for mode in compared:
             got, logits = greedy(modes[mode].model, ids, args.tokens,
                                  cache_dtype=kv_dtype(mode))
             row[mode] = exact.tokenizer.decode(got)
@@ -206,14 +230,14 @@ def run(args: argparse.Namespace) -> None:
             for m, loaded in modes.items():
                 times[m] += step_ms(loaded.model, seqs=seqs, cache_dtype=kv_dtype(m))
         timing[seqs] = {m: statistics.median(t) for m, t in times.items()}
-    shown = COMPARED + (("llama.cpp",) if peer else ())
+    shown = (*compared, *(("llama.cpp",) if peer else ()))
     print(f"{'prompt':<34}{'answer':>7}" + "".join(f"{m[:5] + ' err':>10}{'agree':>6}{'margin':>7}"
-                                               for m in COMPARED))
+                                               for m in compared))
     for r in rows:
         cells = "".join(
             f"{r[f'{m}_logit_rel_err']:>10.4f}{r[f'{m}_agree']:>6}"
             f"{'' if r[f'{m}_same_answer'] else format(r[f'{m}_margin'], '.3f'):>7}"
-            for m in COMPARED)
+            for m in compared)
         print(f"{r['prompt'][:33]:<34}{r['answer_tokens']:>7}{cells}")
         for mode in ("float32", *shown):
             print(f"    {mode:<9}: {r[mode][:70]!r}")

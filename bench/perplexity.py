@@ -1,6 +1,6 @@
 """Perplexity of Laser's CPU modes over a fixed public-domain text, beside llama.cpp's own.
 
-    .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,quant-one,q8]
+    .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,q8,quant:ttst]
         [--decode] [--llama-perplexity PATH/llama-perplexity] [--threads N]
 
 The precision gate of the quantized matmul (docs/engine.md): the bundled SmolLM2-135M GGUF over

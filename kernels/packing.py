@@ -18,18 +18,18 @@ layer runs as one C call, and the whole stack too.
 
 ``QUANT`` / ``Q8``: every projection and the LM head screen on the quantized matmul, from the
 GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with prompt tokens
-quantise their activations in two parts (``PackedQuant.split_view``), decode steps too with
-``QUANT`` but for the gate-up projection, which keeps the second part only in outlier blocks
-(``QUANT_DECODE_SPLIT``): with one part everywhere, 4 of bench/cpu_precision.py's 8 answers
-left float32's, with two none did. In a step with
+quantise their activations in two parts (``PackedQuant.split_view``); decode steps with
+``QUANT`` keep the second part only in each row's outlier blocks (``QUANT_DECODE_SPLIT``),
+with ``Q8`` one part (llama.cpp's arithmetic): with one part everywhere, 4 of
+bench/cpu_precision.py's 8 answers once left float32's, with two none did. In a step with
 prompt tokens, the decode rows before its prompt chunks keep the decode steps' parts
-(``quant.PROMPT_TWO``): their tokens do not depend on a prompt sharing their step, and a
-gate-up projection in two parts made such a step of 48 decode rows and 2 prompt tokens 8 ms
-(12 %) dearer than the 48 rows alone, in one part 2 ms. The head screens
-every step, prompts included: its ``SCREEN_TOP`` best logits are rescored in float32 on the
-dequantised weights, so the greedy choice is exact there too, and no step reads the 113 MB
-float32 head. Where the quantized matmul does not serve (no C
-compiler, no AVX2, rows not in 32-blocks) the mode falls back to what ``auto`` would pick else.
+(``quant.PROMPT_SEL``; ``PROMPT_TWO`` beside one-part rows): their tokens do not depend on a
+prompt sharing their step, and a gate-up projection in two parts made such a step of 48
+decode rows and 2 prompt tokens 8 ms (12 %) dearer than the 48 rows alone, in one part 2 ms.
+The head screens every step, prompts included: its ``SCREEN_TOP`` best logits are rescored
+in float32 on the dequantised weights, so the greedy choice is exact there too, and no step
+reads the 113 MB float32 head. Where the quantized matmul does not serve (no C compiler, no
+AVX2, rows not in 32-blocks) the mode falls back to what ``auto`` would pick else.
 """
 
 from __future__ import annotations
@@ -95,13 +95,15 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
 
 
 # ``QUANT``'s decode steps: how each projection (qkv, o, gate_up, down) quantises its
-# activations (``quant.split``). gate_up (half a layer's multiply-adds) keeps the second part
-# only in each row's outlier blocks (``SEL``): in two parts everywhere it cost 7-20 % of the
-# throughput at 16 and 64 streams; in one part its rounding was most of quant's error, and
-# mostly in a few blocks (the top 2 of 18 by scale held 37-75 % of a layer's). SEL keeps 8 %
-# of the blocks' second parts and cuts the decode logits' KL divergence from float32 by 57 %
+# activations (``quant.split``). Each keeps the second part only in each row's outlier blocks
+# (``SEL``): in two parts everywhere gate_up alone (half a layer's multiply-adds) cost 7-20 %
+# of the throughput at 16 and 64 streams; in one part its rounding was most of quant's error,
+# and mostly in a few blocks (the top 2 of 18 by scale held 37-75 % of a layer's). SEL on
+# gate_up kept 8 % of its blocks' second parts and cut the decode logits' KL divergence from
+# float32 by 57 %; SEL on the other three too (two parts there before) made a 64-row decode
+# step 5.6 % faster (8 % on the AVX2 tiles) and kept bench/cpu_precision.py's answers
 # (docs/engine.md).
-QUANT_DECODE_SPLIT = (TWO, TWO, SEL, TWO)
+QUANT_DECODE_SPLIT = (SEL, SEL, SEL, SEL)
 
 
 def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,

@@ -10,10 +10,11 @@ from kernels._cpu import quant
 
 
 def block_model(*, blocks: bool, layers: int, seed: int, max_position: int,
-                bias: bool = False) -> LlamaModel:
+                bias: bool = False, hidden: int = 64, intermediate: int = 96) -> LlamaModel:
     """With ``blocks`` its projections and head are Q8_0 values (as a GGUF's dequantised
     weights are), kept as ``quant_blocks`` as the loader keeps a GGUF's."""
-    config = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=layers,
+    config = ModelConfig(vocab_size=96, hidden_size=hidden, intermediate_size=intermediate,
+                         num_layers=layers,
                          num_heads=4, num_kv_heads=2, head_dim=16, max_position=max_position,
                          attention_bias=bias)
     model = LlamaModel(config)
