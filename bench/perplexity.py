@@ -1,7 +1,7 @@
 """Perplexity of Laser's CPU modes over a fixed public-domain text, beside llama.cpp's own.
 
     .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,q8,quant:ttst]
-        [--decode] [--llama-perplexity PATH/llama-perplexity] [--threads N]
+        [--decode] [--kl] [--llama-perplexity PATH/llama-perplexity] [--threads N]
 
 The precision gate of the quantized matmul (docs/engine.md): the bundled SmolLM2-135M GGUF over
 ``bench/data/declaration_of_independence.txt`` (the US Declaration of Independence as the
@@ -16,7 +16,10 @@ log-likelihood over all chunks. Each mode keeps the KV cache the engine keeps be
 
 Each chunk runs as one prefill (as llama-perplexity runs it); with ``--decode`` the scored half
 also runs as serving generates text, one decode step a token after a prefill of the first
-half, and gets its own column (the decode steps are where ``quant`` and ``q8`` differ). With
+half, and gets its own column (the decode steps are where ``quant`` and ``q8`` differ); with
+``--kl`` too, each mode's mean KL divergence of those decode steps' next-token distributions
+from float32's (a finer measure of an arithmetic's error than the perplexity, which moves by
+a few tenths of a percent either way with the rounding of a handful of tokens). With
 ``--llama-perplexity`` the peer runs on the same file and text (``-c ctx -b ctx``) and each
 mode's ratio to its perplexity is printed. Writes ``bench/out/perplexity.json``.
 """
@@ -76,9 +79,10 @@ def _forward(model, caches, table, ids: list[int], start: int) -> torch.Tensor:
     return hidden
 
 
-def chunk_nll(model, chunk: list[int], decode: bool,
-              cache_dtype: torch.dtype = torch.float32) -> tuple[float, int]:
-    """Summed negative log-likelihood of the chunk's scored half and its token count."""
+def chunk_logprobs(model, chunk: list[int], decode: bool,
+                   cache_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Log-probabilities (float64) at the chunk's scored positions: one prefill, or with
+    ``decode`` a prefill of the first half and one decode step a token after it."""
     n = len(chunk)
     first = n // 2
     blocks = -(-n // BLOCK)
@@ -95,18 +99,24 @@ def chunk_nll(model, chunk: list[int], decode: bool,
                 hidden = _forward(model, caches, table, [chunk[pos]], pos)
                 rows.append(model.compute_logits(hidden, exact=False).float())
             logits = torch.cat(rows)
-    targets = torch.tensor(chunk[first + 1:n])
-    logp = torch.log_softmax(logits.double(), dim=-1)
-    return float(-logp[torch.arange(len(targets)), targets].sum()), len(targets)
+    return torch.log_softmax(logits.double(), dim=-1)
 
 
-def perplexity(model, parts: list[list[int]], decode: bool,
-               cache_dtype: torch.dtype = torch.float32) -> float:
-    total, count = 0.0, 0
-    for chunk in parts:
-        nll, n = chunk_nll(model, chunk, decode, cache_dtype)
-        total, count = total + nll, count + n
-    return math.exp(total / count)
+def scored(model, parts: list[list[int]], decode: bool,
+           cache_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every chunk's scored log-probabilities, and the tokens they score."""
+    logp = torch.cat([chunk_logprobs(model, c, decode, cache_dtype) for c in parts])
+    targets = torch.tensor([t for c in parts for t in c[len(c) // 2 + 1:]])
+    return logp, targets
+
+
+def perplexity(logp: torch.Tensor, targets: torch.Tensor) -> float:
+    return math.exp(float(-logp[torch.arange(len(targets)), targets].mean()))
+
+
+def kl_divergence(ref: torch.Tensor, logp: torch.Tensor) -> float:
+    """Mean KL(ref || logp) over the scored positions (both log-probabilities)."""
+    return float((ref.exp() * (ref - logp)).sum(-1).mean())
 
 
 def llama_perplexity(binary: str, ctx: int, threads: int) -> float:
@@ -125,6 +135,8 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--modes", default="float32,mixed,quant,q8")
     ap.add_argument("--decode", action="store_true", help="also score the halves by decode steps")
+    ap.add_argument("--kl", action="store_true",
+                    help="with --decode: each mode's decode logits' KL divergence from float32's")
     ap.add_argument("--llama-perplexity", default=None, help="path of llama.cpp's binary")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     args = ap.parse_args()
@@ -136,14 +148,22 @@ def main() -> None:
     peer = llama_perplexity(args.llama_perplexity, args.ctx, args.threads) \
         if args.llama_perplexity else None
     result["llama_cpp"] = peer
+    ref = None  # float32's decode log-probabilities, for --kl
+    if args.kl and args.decode:
+        exact = load("float32", args.threads)
+        ref = scored(exact.model, chunks(exact, text, args.ctx), True, kv_dtype("float32"))[0]
+        del exact
     for mode in args.modes.split(","):
         loaded = load(mode, args.threads)
         parts = chunks(loaded, text, args.ctx)
         cache = kv_dtype(mode)
         row = {"chunks": len(parts), "kv_cache": str(cache).removeprefix("torch."),
-               "prefill": perplexity(loaded.model, parts, False, cache)}
+               "prefill": perplexity(*scored(loaded.model, parts, False, cache))}
         if args.decode:
-            row["decode"] = perplexity(loaded.model, parts, True, cache)
+            logp, targets = scored(loaded.model, parts, True, cache)
+            row["decode"] = perplexity(logp, targets)
+            if ref is not None:
+                row["decode_kl"] = kl_divergence(ref, logp)
         result["modes"][mode] = row
         del loaded
     print(f"{TEXT.name} (sha256 {result['text_sha256'][:16]}), ctx {args.ctx}, "
@@ -153,7 +173,8 @@ def main() -> None:
     for mode, row in result["modes"].items():
         cells = "".join(f"{row[k]:>10.4f}" + (f" ({row[k] / peer - 1:+.2%})" if peer else "")
                         for k in ("prefill", "decode") if k in row)
-        print(f"{mode:<10}{cells}")
+        kl = f"   KL from float32 {row['decode_kl']:.6f}" if "decode_kl" in row else ""
+        print(f"{mode:<10}{cells}{kl}")
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
     (out / "perplexity.json").write_text(json.dumps(result, indent=2))

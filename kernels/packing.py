@@ -19,9 +19,9 @@ layer runs as one C call, and the whole stack too.
 ``QUANT`` / ``Q8``: every projection and the LM head screen on the quantized matmul, from the
 GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with prompt tokens
 quantise their activations in two parts (``PackedQuant.split_view``); decode steps with
-``QUANT`` keep the second part only in each row's outlier blocks (``QUANT_DECODE_SPLIT``),
-with ``Q8`` one part (llama.cpp's arithmetic): with one part everywhere, 4 of
-bench/cpu_precision.py's 8 answers once left float32's, with two none did. In a step with
+``QUANT`` keep the second part only in each row's outlier blocks but in the down projection
+(``QUANT_DECODE_SPLIT``), with ``Q8`` one part (llama.cpp's arithmetic): with one part
+everywhere, 4 of bench/cpu_precision.py's 8 answers once left float32's, with two none did. In a step with
 prompt tokens, the decode rows before its prompt chunks keep the decode steps' parts
 (``quant.PROMPT_SEL``; ``PROMPT_TWO`` beside one-part rows): their tokens do not depend on a
 prompt sharing their step, and a gate-up projection in two parts made such a step of 48
@@ -95,15 +95,15 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
 
 
 # ``QUANT``'s decode steps: how each projection (qkv, o, gate_up, down) quantises its
-# activations (``quant.split``). Each keeps the second part only in each row's outlier blocks
-# (``SEL``): in two parts everywhere gate_up alone (half a layer's multiply-adds) cost 7-20 %
-# of the throughput at 16 and 64 streams; in one part its rounding was most of quant's error,
-# and mostly in a few blocks (the top 2 of 18 by scale held 37-75 % of a layer's). SEL on
-# gate_up kept 8 % of its blocks' second parts and cut the decode logits' KL divergence from
-# float32 by 57 %; SEL on the other three too (two parts there before) made a 64-row decode
-# step 5.6 % faster (8 % on the AVX2 tiles) and kept bench/cpu_precision.py's answers
-# (docs/engine.md).
-QUANT_DECODE_SPLIT = (SEL, SEL, SEL, SEL)
+# activations (``quant.split``). qkv, o and gate_up keep the second part only in each row's
+# outlier blocks (``SEL``), down keeps both. In two parts everywhere gate_up alone (half a
+# layer's multiply-adds) cost 7-20 % of the throughput at 16 and 64 streams; in one part its
+# rounding was most of quant's error, and mostly in a few blocks (the top 2 of 18 by scale
+# held 37-75 % of a layer's): SEL there cut the decode logits' KL divergence from float32 by
+# 57 %. SEL on qkv and o too makes a 64-row decode step about 3.5 % faster; on down as well
+# 6.6 %, but down's rounding doubled the KL divergence (0.00069 -> 0.00148 against 0.00102
+# without it) and moved the perplexity most (docs/engine.md).
+QUANT_DECODE_SPLIT = (SEL, SEL, SEL, TWO)
 
 
 def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,

@@ -54,35 +54,40 @@ def _outlier_model() -> LlamaModel:
 def test_quant_mode_is_close_to_float32_on_the_same_weights(monkeypatch) -> None:
     """On weights that are Q8_0 values, float32 multiplies exactly what the quantized matmul
     stores: two-part activations everywhere stay within 1e-3 of it, one part in every decode
-    matmul (q8) adds its own rounding, and quant (decode steps in one part but for each row's
-    outlier blocks) lies between; on a model without outlier blocks it is q8, bit for bit.
-    (The head's screen is rescored in float32 over the whole tiny vocabulary here: its tail
-    has the one-part rounding in every mode.)"""
+    matmul (q8) adds its own rounding, and quant (decode steps' selective projections in one
+    part but for each row's outlier blocks) lies between two parts and its split with one part
+    in their place; on a model without outlier blocks it is that split, bit for bit. (The
+    head's screen is rescored in float32 over the whole tiny vocabulary here: its tail has the
+    one-part rounding in every mode.)"""
     from kernels import backends, packing
 
     monkeypatch.setattr(backends, "SCREEN_TOP", 96)
-    for build, between in ((_outlier_model, True), (lambda: _model(blocks=True), False)):
+    split = packing.QUANT_DECODE_SPLIT
+    assert quant.SEL in split
+    as_one = tuple(quant.ONE if k == quant.SEL else k for k in split)
+    for build, outliers in ((_outlier_model, True), (lambda: _model(blocks=True), False)):
         exact = _run(build(), monkeypatch)
         errs = {}
-        for name, mode, split in (("two", kernels.QUANT, (quant.TWO,) * 4),
-                                  ("quant", kernels.QUANT, packing.QUANT_DECODE_SPLIT),
-                                  ("q8", kernels.Q8, packing.QUANT_DECODE_SPLIT)):
-            monkeypatch.setattr(packing, "QUANT_DECODE_SPLIT", split)
+        for name, mode, decode in (("two", kernels.QUANT, (quant.TWO,) * 4),
+                                   ("quant", kernels.QUANT, split),
+                                   ("as_one", kernels.QUANT, as_one),
+                                   ("q8", kernels.Q8, split)):
+            monkeypatch.setattr(packing, "QUANT_DECODE_SPLIT", decode)
             model = build()
             assert model.pack_linears(mode) and model.quantized
             assert {type(layer.backend.decode[3]) for layer in model.layers} == \
                 {quant.PackedQuant}
             assert all(p.split for layer in model.layers for p in layer.backend.prompt)
-            want = split if mode == kernels.QUANT else (quant.ONE,) * 4
+            want = decode if mode == kernels.QUANT else (quant.ONE,) * 4
             assert all(tuple(p.split for p in layer.backend.decode) == want
                        for layer in model.layers)
             errs[name] = rel_err(_run(model, monkeypatch), exact)
         assert 0 < errs["two"] <= 1e-3
         assert 3 * errs["two"] <= errs["q8"] <= 0.03
-        if between:
-            assert errs["two"] < errs["quant"] < errs["q8"], errs
+        if outliers:
+            assert errs["two"] < errs["quant"] < errs["as_one"], errs
         else:
-            assert errs["quant"] == errs["q8"], errs
+            assert errs["quant"] == errs["as_one"], errs
 
 
 def test_weights_without_blocks_are_quantised_to_q8_0(monkeypatch) -> None:
