@@ -21,10 +21,10 @@ GGUF's own blocks (a weight without them is quantised to Q8_0). Steps with promp
 quantise their activations in two parts (``PackedQuant.split_view``); decode steps with
 ``QUANT`` keep the second part only in each row's outlier blocks but in the down projection
 (``QUANT_DECODE_SPLIT``), with ``Q8`` one part (llama.cpp's arithmetic): with one part
-everywhere, 4 of bench/cpu_precision.py's 8 answers once left float32's, with two none did. In a step with
-prompt tokens, the decode rows before its prompt chunks keep the decode steps' parts
-(``quant.PROMPT_SEL``; ``PROMPT_TWO`` beside one-part rows): their tokens do not depend on a
-prompt sharing their step, and a gate-up projection in two parts made such a step of 48
+everywhere, 4 of bench/cpu_precision.py's 8 answers once left float32's, with two none did.
+In a step with prompt tokens, the decode rows before its prompt chunks keep the decode steps'
+parts (``quant.PROMPT_SEL``; ``PROMPT_TWO`` beside one-part rows): their tokens do not depend
+on a prompt sharing their step, and a gate-up projection in two parts made such a step of 48
 decode rows and 2 prompt tokens 8 ms (12 %) dearer than the 48 rows alone, in one part 2 ms.
 The head screens every step, prompts included: its ``SCREEN_TOP`` best logits are rescored
 in float32 on the dequantised weights, so the greedy choice is exact there too, and no step
