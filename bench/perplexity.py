@@ -148,10 +148,11 @@ def main() -> None:
     peer = llama_perplexity(args.llama_perplexity, args.ctx, args.threads) \
         if args.llama_perplexity else None
     result["llama_cpp"] = peer
-    ref = None  # float32's decode log-probabilities, for --kl
+    ref = ref_targets = None  # float32's decode log-probabilities, for --kl
     if args.kl and args.decode:
         exact = load("float32", args.threads)
-        ref = scored(exact.model, chunks(exact, text, args.ctx), True, kv_dtype("float32"))[0]
+        ref, ref_targets = scored(exact.model, chunks(exact, text, args.ctx), True,
+                                  kv_dtype("float32"))
         del exact
     for mode in args.modes.split(","):
         loaded = load(mode, args.threads)
@@ -160,7 +161,8 @@ def main() -> None:
         row = {"chunks": len(parts), "kv_cache": str(cache).removeprefix("torch."),
                "prefill": perplexity(*scored(loaded.model, parts, False, cache))}
         if args.decode:
-            logp, targets = scored(loaded.model, parts, True, cache)
+            logp, targets = (ref, ref_targets) if mode == "float32" and ref is not None \
+                else scored(loaded.model, parts, True, cache)
             row["decode"] = perplexity(logp, targets)
             if ref is not None:
                 row["decode_kl"] = kl_divergence(ref, logp)

@@ -101,8 +101,9 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
 # rounding was most of quant's error, and mostly in a few blocks (the top 2 of 18 by scale
 # held 37-75 % of a layer's): SEL there cut the decode logits' KL divergence from float32 by
 # 57 %. SEL on qkv and o too makes a 64-row decode step about 3.5 % faster; on down as well
-# 6.6 %, but down's rounding doubled the KL divergence (0.00069 -> 0.00148 against 0.00102
-# without it) and moved the perplexity most (docs/engine.md).
+# 6.6 %, but down's rounding doubled the KL divergence (0.00068 -> 0.00147 against 0.00101
+# without it, bench/perplexity.py --decode --kl) and moved the perplexity most
+# (docs/engine.md).
 QUANT_DECODE_SPLIT = (SEL, SEL, SEL, TWO)
 
 

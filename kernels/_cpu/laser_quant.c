@@ -800,13 +800,9 @@ static void quant_task(void *arg, int64_t task) {
     quantize_rows(q, m0, m1 < q->M ? m1 : q->M);
 }
 
-static void quantize_all(const void *x, int x_dtype, int64_t M, int64_t K, int parts,
-                         int64_t one_rows, int64_t sel_rows, int vec, const qact *a,
-                         int threads) {
-    quant_job q = {.x = x, .x_dtype = x_dtype, .parts = parts, .vec = vec, .M = M, .K = K,
-                   .one_rows = one_rows, .sel_rows = sel_rows, .a = a};
-    int64_t tasks = (M + QUANT_ROWS_TASK - 1) / QUANT_ROWS_TASK;
-    laser_pool_run(quant_task, &q, tasks, M >= 2 * QUANT_ROWS_TASK ? threads : 1);
+static void quantize_all(const quant_job *q, int threads) {
+    int64_t tasks = (q->M + QUANT_ROWS_TASK - 1) / QUANT_ROWS_TASK;
+    laser_pool_run(quant_task, (void *)q, tasks, q->M >= 2 * QUANT_ROWS_TASK ? threads : 1);
 }
 
 /* the activations' buffer: one of KEEP_BYTES per calling thread, kept between calls (a decode
@@ -855,8 +851,9 @@ void laser_gemm_q(const void *x, int x_dtype, int64_t M, int64_t K, const uint8_
     j.a.ms = (float *)(buf + R * K + R * nb * 8);
     j.a.keep = sel_rows ? (uint8_t *)(buf + R * K + R * nb * 8 + M * nb * 4) : NULL;
     if (threads < 1) threads = 1;
-    quantize_all(x, x_dtype, M, K, parts, j.one_rows, sel_rows, j.isa != ISA_SCALAR, &j.a,
-                 threads);
+    quant_job q = {.x = x, .x_dtype = x_dtype, .parts = parts, .vec = j.isa != ISA_SCALAR,
+                   .M = M, .K = K, .one_rows = j.one_rows, .sel_rows = sel_rows, .a = &j.a};
+    quantize_all(&q, threads);
     j.groups = (N + QG - 1) / QG;
     int64_t tasks = threads > 1 ? threads * 8 : 1;
     if (tasks > j.groups) tasks = j.groups;

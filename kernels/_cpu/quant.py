@@ -112,9 +112,10 @@ def dequantize(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
 def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.float32,
            threads: int | None = None, one_rows: int = 0) -> torch.Tensor:
     """``x`` ``[M, K]`` (float32 or bfloat16) times the packed weight transposed: ``[M, N]`` in
-    ``out_dtype`` (float32 or bfloat16); a ``PROMPT_TWO`` (``PROMPT_SEL``) pack takes rows
-    ``[0, one_rows)`` in one part (``SEL``): a step's decode rows. ``threads``: the pool's
-    (default: ``set_threads``'s setting, else one below ``THREADED_ROWS`` rows)."""
+    ``out_dtype`` (float32 or bfloat16); a ``PROMPT_TWO`` pack takes rows ``[0, one_rows)``
+    in one part, a ``PROMPT_SEL`` pack selective (a step's decode rows, as a decode step's).
+    ``threads``: the pool's (default: ``set_threads``'s setting, else one below
+    ``THREADED_ROWS`` rows)."""
     from . import DTYPES
 
     if x.dtype not in DTYPES:
