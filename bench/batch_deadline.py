@@ -237,7 +237,7 @@ def hot_contract(args) -> ContractTargets:
 
 def start_engine(policy: str, args) -> AsyncEngine:
     # One torch thread by default: on a shared 2-core machine, two OpenMP threads competing
-    # with other processes made steps ~7x slower in a trial.
+    # with other processes stall every step on the one that lost its core.
     engine = AsyncEngine(EngineConfig(policy=policy, max_num_batched_tokens=args.step_tokens,
                                       num_threads=args.threads, matmul_dtype=args.matmul_dtype))
     engine.start()

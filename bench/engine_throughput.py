@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 # torch's OpenMP threads sleep between ops, as in the server (inference/__init__.py sets this
-# before torch loads; here torch loads first): spinning, they took 8 % of a 64-stream run
+# before torch loads; here torch loads first): spinning, they take CPU the C kernels' pool needs
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
@@ -94,7 +94,7 @@ def _best_of(fn, repeats: int = 7) -> float:
 def bandwidth_gbs() -> float:
     """Bytes read per second summing a 256 MiB tensor (best of 7): a decode step only reads
     its weights. (A copy's read + write figure, used before, was below what one core's reads
-    reach: Laser's 1-stream decode measured 126 % of the bound it gave.)"""
+    reach: a 1-stream decode step beat the bound it gave.)"""
     src = torch.empty(64 * 2**20, dtype=torch.float32).uniform_()
     return src.numel() * 4 / _best_of(src.sum) / 1e9
 

@@ -15,7 +15,7 @@ ways, in rounds of alternating order after a one-token warm-up round through bot
   connection per stream that splits the chunked SSE body and parses each ``data:`` line, the
   least a client can do, so that what is added is the gateway's; ``--client httpx`` is the
   stack the openai SDK streams on (``aiter_lines``), whose own CPU on a 2-core machine adds
-  about 3 ms at 50 streams on top (docs/benchmarks.md).
+  to the delivery delay on top (docs/benchmarks-history.md).
 
 Per request, TTFT as the caller sees it (start of the call -> first token); per token, the
 delivery delay: when the caller got the token minus the engine's timestamp for it. On the gateway

@@ -69,8 +69,8 @@ PROMPT_BUDGET = 64  # tokens a slot keeps for the chat-templated prompt (ours ar
 PEER, LASER = "llama.cpp", "laser"
 CHAT_STREAMS, BULK_STREAMS = 2, 14
 # The peer's default -t. llama.cpp's threads meet at a barrier after every op, so one of them
-# losing its core stalls the others: with other work on a 2-core machine, -t 2 fell to 1.6
-# tok/s on one stream where -t 1 gave 54-64 (docs/benchmarks.md)
+# losing its core stalls the others: with other work on a 2-core machine -t 2 collapses where
+# -t 1 does not (docs/benchmarks-history.md)
 CORES = len(os.sched_getaffinity(0))
 
 

@@ -73,9 +73,9 @@ class InlineHooks:
     Django's ``MiddlewareMixin.__acall__`` runs ``process_request`` and ``process_response`` in
     a worker thread each (``sync_to_async``), in case they touch the database: two thread hops
     per middleware per request, for hooks that here only read the request and set headers.
-    With the seven stock middlewares an API request made twelve such hops (5 ms of the
-    server's CPU for a bare ``GET /v1/models``), and on a 2-core machine that CPU comes out
-    of the engine's steps. Only for hooks that do no I/O (no database, no files, no
+    With the seven stock middlewares an API request made twelve such hops, and on a 2-core
+    machine the server's CPU for them comes out of the engine's steps (docs/benchmarks.md,
+    "Gateway"). Only for hooks that do no I/O (no database, no files, no
     session): SecurityMiddleware, CommonMiddleware, XFrameOptionsMiddleware, which
     ``apps.core.handler.ASGIHandler`` puts in their places (``INLINE``).
     """

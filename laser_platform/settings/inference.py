@@ -73,7 +73,8 @@ LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTY
 # CPU projections: "auto" keeps the GGUF's quantized blocks (int8 activations on VNNI/AVX2) and
 # bfloat16 packs, and runs each step on the side this machine's own step times show faster at
 # its width (which side wins where differs between CPUs); "quant", "q8", "bfloat16" force one;
-# "float32" is the exact mode (equal to transformers); docs/engine.md, "Auto".
+# "float32" is the exact mode (equal to transformers); docs/engine.md, "Which matmul runs a
+# step".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
 # auto: a fixed crossover instead of the learned one, the widest step (in tokens) run on the
 # quantized blocks (unset: learned).
@@ -106,13 +107,12 @@ LASER_PREFIX_CACHING: bool = env("LASER_PREFIX_CACHING", True, bool)
 LASER_LAYER_PAUSE: bool = env("LASER_LAYER_PAUSE", True, bool)
 # Torch threads of the engine's decode steps: every core but one, which the event loop (HTTP,
 # SSE, WebSocket) keeps. OpenMP threads that lose their core to the serving loop stall every
-# short matmul; on the 2-core development machine one sleeping thread held 215 tok/s end to end
-# with a CPU hog beside the server, two spinning ones 80 (docs/benchmarks.md, docs/engine.md).
+# short matmul, and spinning ones collapse beside a CPU hog (docs/engine.md, "Threads").
 # Laser's own C kernels run on their own pool of sleeping threads over every core instead.
 LASER_THREADS: int = env("LASER_THREADS", max(1, _CORES - 1), count)
 # Torch threads for wide steps (128 tokens and more: prefills): every core. Their matmuls are
-# long enough that the event loop's short turns on a core cost little, and a second thread made
-# a 128-token forward 1.75x faster on the 2-core machine (inference/engine/runner.py).
+# long enough that the event loop's short turns on a core cost little, so a second thread
+# speeds them up (inference/engine/runner.py).
 LASER_WIDE_THREADS: int = env("LASER_WIDE_THREADS", _CORES, count)
 # Microseconds the C kernels' pool workers poll for the next call before they sleep (a decode
 # step's ~200 calls come microseconds apart; waking a sleeper took longer than a one-stream call).
