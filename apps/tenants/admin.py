@@ -28,6 +28,12 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
 
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        # A tenant admin's "By plan" lists its own plan only, not every plan of the platform.
+        if admin_scope(request) == "platform":
+            return self.list_filter
+        return ("is_active", ("plan", admin.RelatedOnlyFieldListFilter))
+
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         initial = super().get_changeform_initial_data(request)
         initial.setdefault("plan", plan_ensure_default().pk)

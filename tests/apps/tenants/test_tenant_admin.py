@@ -111,6 +111,14 @@ def test_tenant_admin_sees_only_their_tenant_and_members(world) -> None:
     assert world["a_member"].username in members
 
 
+def test_tenant_admins_plan_filter_lists_their_plan_only(world, plan_for) -> None:
+    mine, theirs = plan_for(world["a"]), plan_for(world["b"])
+    page = _client(world["a_admin"]).get("/admin/tenants/tenant/").content.decode()
+    assert f"plan__id__exact={mine.pk}" in page and f"plan__id__exact={theirs.pk}" not in page
+    staff = _client(world["platform"]).get("/admin/tenants/tenant/").content.decode()
+    assert f"plan__id__exact={mine.pk}" in staff and f"plan__id__exact={theirs.pk}" in staff
+
+
 def test_platform_staff_see_everything(world) -> None:
     html = _client(world["platform"]).get(KEYS_URL).content.decode()
     assert world["key_a"].prefix in html and world["key_b"].prefix in html
