@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.web import batch_views, key_views, views
+from apps.web import batch_views, key_views, onboarding, password_views, views
 
 urlpatterns = [
-    path("", views.home, name="web-home"),
+    path("", onboarding.home, name="web-home"),
+    path("start/", onboarding.start, name="web-start"),
+    path("docs/", onboarding.docs_index, name="web-docs"),
+    path("docs/<str:name>.md", onboarding.guide, name="web-guide"),
+    path("docs/img/<str:name>", onboarding.guide_image, name="web-guide-image"),
+    path("favicon.ico", onboarding.favicon, name="web-favicon"),
     path("login/", views.LoginView.as_view(), name="web-login"),
     path("logout/", views.LogoutView.as_view(), name="web-logout"),
     # Before apps.slo's own route: the dashboard signs in on the same page.
@@ -22,4 +27,5 @@ urlpatterns = [
     path("batches/start", batch_views.batch_start, name="web-batch-start"),
     path("batches/<str:batch_id>/cancel", batch_views.batch_cancel_view, name="web-batch-cancel"),
     path("files/<str:file_id>/content", batch_views.file_download, name="web-file-content"),
+    *password_views.urlpatterns,
 ]

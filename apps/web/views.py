@@ -1,4 +1,4 @@
-"""Sign-in, the tenant picker, the start page and the chat page."""
+"""Sign-in, the tenant picker and the chat page."""
 
 from __future__ import annotations
 
@@ -38,15 +38,6 @@ class DashboardLoginView(LoginView):
 
 class LogoutView(auth_views.LogoutView):
     next_page = "/login/"
-
-
-@never_cache
-def home(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_authenticated:
-        return redirect("web-login")
-    if tenant_for_session(request.user, request.session) is None:
-        return redirect("web-tenants")
-    return redirect("web-chat")
 
 
 @never_cache

@@ -45,6 +45,10 @@ LASER_APPS = [
     "apps.web",
 ]
 LOGIN_URL = "/login/"
+# Password-reset mail (and breach alerts): printed to the console unless a backend is named,
+# e.g. django.core.mail.backends.smtp.EmailBackend with Django's EMAIL_HOST settings.
+EMAIL_BACKEND: str = env("LASER_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL: str = env("LASER_FROM_EMAIL", "laser@localhost")
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LASER_APPS
 
 MIDDLEWARE = [

@@ -1,4 +1,4 @@
-"""The web app's pages with Django's test client: where `/` leads, the one login, the tenant
+"""The web app's pages with Django's test client: where the pages lead, the one login, the tenant
 picker, key rights by role, and tenant isolation (another tenant's ids answer 404)."""
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def _upload(client: Client, lines: int = 3, window: str = "24h"):
         "completion_window": window})
 
 
-def test_root_leads_a_visitor_to_the_login_and_a_member_to_the_chat(world, client):
-    assert client.get("/")["Location"] == "/login/"
+def test_pages_send_a_visitor_to_the_login_and_root_a_member_to_the_chat(world, client):
     for page in PAGES:
         assert client.get(page)["Location"].startswith("/login/?next=")
     assert world.member.get("/")["Location"] == "/chat/"
