@@ -47,7 +47,7 @@ def _card(snap: ContractSnapshot, rows: list[WindowRow], since: dt.datetime,
     return {
         "tier": tier, "version": snap.version,
         "attainment": value, "attainment_target": target,
-        "status": "idle" if value is None else ("missed" if missed or value < target else "met"),
+        "status": _status(value, target, missed, stats["requests"]),
         "missed": missed,
         "windows_kept": summary["windows_kept"], "windows_judged": summary["windows_judged"],
         "requests": stats["requests"],
@@ -57,12 +57,21 @@ def _card(snap: ContractSnapshot, rows: list[WindowRow], since: dt.datetime,
         "tbt_target_ms": _ms(t.tbt_p99_s),
         "interruptions": stats.get("interrupted", stats["outcomes"].get("interrupted", 0)),
         "interruption_rate": terms.get("interruption_rate", {}).get("actual"),
-        "demotions": stats["demoted"],
+        "demotions": stats["demoted"], "excess": stats["excess"],
+        "rejected_429": stats["outcomes"].get("rejected_429", 0),
         "tokens_per_s": round(stats["tokens_per_s"], 2),
         "delivered_tps": stats.get("delivered_tps"), "floor_tps": stats.get("warm_floor_tps"),
         "jobs_due": stats.get("jobs_due"), "jobs_on_time": stats.get("jobs_on_time"),
         "deadline_s": t.cold_deadline_s,
     }
+
+
+def _status(value: float | None, target: float, missed: list[str], requests: int) -> str:
+    """``idle``: no request in the hour; ``pending``: requests, but nothing judged yet (a cold
+    job whose deadline has not come, a warm window still open); else ``met`` or ``missed``."""
+    if value is None:
+        return "pending" if requests else "idle"
+    return "missed" if missed or value < target else "met"
 
 
 def _minute_attainment(tier: str, row: WindowRow | None) -> float | None:
@@ -91,7 +100,7 @@ def _series(rows: list[WindowRow], starts: list[dt.datetime]) -> dict[str, Any]:
 
 
 def _violations(tenant: Tenant, rows: list[WindowRow]) -> list[dict]:
-    found = [{"at": r["start"], "window": "minute", "tier": r["tier"], "term": name,
+    found = [{"at": r["start"], "window": r["window"], "tier": r["tier"], "term": name,
               "label": TERM_LABELS.get(name, name), "target": v["target"], "actual": v["actual"]}
              for r in rows for name, v in r["terms"].items() if v["kept"] is False]
     for a in BreachAlert.objects.filter(tenant=tenant).order_by("-window_start")[:10]:

@@ -1,4 +1,5 @@
-"""Reads of SLO contracts for the request path (gateway, batches) and the API.
+"""Reads of SLO contracts for the request path (gateway, batches) and the API, and of the
+request records behind a window (the dashboard).
 
 Contracts leave this module as plain frozen values (``ContractSnapshot`` holding the engine's
 ``ContractTargets``), so no Django object ever crosses into ``inference/``.
@@ -10,9 +11,10 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 
 from asgiref.sync import sync_to_async
+from django.db.models import F
 
 from apps.core.tiers import Tier
-from apps.slo.models import AggregationMark, ContractTerms, SLOContract
+from apps.slo.models import AggregationMark, ContractTerms, RequestRecord, SLOContract
 from apps.tenants.models import Tenant
 from inference.request import ContractTargets
 
@@ -111,3 +113,13 @@ def contracts_for_tenant(*, tenant: TenantRef) -> list[ContractSnapshot]:
 def aggregated_through(window: str) -> dt.datetime | None:
     """Where the materialised ``window`` aggregates end (``None`` before the first run)."""
     return AggregationMark.objects.filter(window=window).values_list("through", flat=True).first()
+
+
+def records_in_window(*, tenant: TenantRef, tier: str, start: dt.datetime, end: dt.datetime,
+                      limit: int = 500) -> list[RequestRecord]:
+    """The request records of ``tenant`` asked at ``tier`` that finished in ``[start, end)``
+    (the requests a window's verdict was computed from), slowest first token first."""
+    qs = RequestRecord.objects.filter(tenant_id=_tenant_id(tenant), tier_asked=str(tier),
+                                      finished_at__gte=start, finished_at__lt=end)
+    return list(qs.select_related("api_key", "user").order_by(
+        F("ttft_s").desc(nulls_first=True), "finished_at")[:limit])

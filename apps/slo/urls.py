@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/slo/usage.csv", api.UsageCsvApi.as_view(), name="slo-usage-csv"),
     path("metrics", metrics_view, name="metrics"),
     path("dashboard/", dashboard.dashboard_page, name="slo-dashboard"),
+    path("dashboard/requests/", dashboard.window_requests, name="slo-window-requests"),
     path("dashboard/data.json", dashboard.dashboard_data_view, name="slo-dashboard-data"),
     path("dashboard/login/", dashboard.LoginView.as_view(), name="slo-login"),
     path("dashboard/logout/", dashboard.LogoutView.as_view(), name="slo-logout"),

@@ -72,3 +72,41 @@ def test_user_without_tenant_is_refused(user_factory):
     client = Client()
     client.force_login(user_factory())
     assert client.get("/dashboard/").status_code == 403
+
+
+def test_a_tier_with_requests_but_nothing_judged_is_pending_not_idle(world, make_report):
+    now = timezone.now().timestamp()
+    report = make_report(world["a"], tier="cold", ttft=0.5, batch_id="batch_x")
+    report.arrival, report.finished_at = now - 3, now - 2
+    report_request(report)
+    flush_reports()
+    cold = next(c for c in world["member"].get("/dashboard/data.json").json()["cards"]
+                if c["tier"] == "cold")
+    assert cold["requests"] == 1 and cold["attainment"] is None
+    assert cold["status"] == "pending"
+
+
+def test_the_dashboard_explains_its_terms(world):
+    page = world["member"].get("/dashboard/").content.decode()
+    for term in ("attainment", "TTFT", "TBT", "demotion", "excess", "interruption"):
+        assert f"<dt>{term}</dt>" in page, term
+
+
+def test_a_violation_links_to_the_requests_behind_it(world, user_factory):
+    data = world["member"].get("/dashboard/data.json").json()
+    seen = next(v for v in data["violations"] if v["term"] == "ttft_within")
+    query = {"tier": seen["tier"], "window": seen["window"], "start": seen["at"],
+             "term": seen["term"]}
+    page = world["member"].get("/dashboard/requests/", query)
+    body = page.content.decode()
+    assert page.status_code == 200 and body.count('data-request="') == 3
+    assert body.index("0.900 s") < body.index("0.050 s")  # slowest first token first
+    assert body.count('class="bad"') == 1  # only the 0.9 s TTFT is beyond the 200 ms target
+    assert "requests within TTFT" in body
+    # scoped: Beta's member reads its own (empty) window, never Alpha's, and cannot ask for it
+    beta = Client()
+    beta.force_login(user_factory(tenant=world["b"]))
+    assert beta.get("/dashboard/requests/", query).content.decode().count('data-request="') == 0
+    assert beta.get("/dashboard/requests/", {**query, "tenant": "alpha"}).status_code == 403
+    assert world["member"].get("/dashboard/requests/", {"tier": "hot"}).status_code == 400
+    assert world["member"].get("/dashboard/requests/", {**query, "start": "x"}).status_code == 400

@@ -31,7 +31,9 @@
     const node = el("article", { class: "card " + c.tier, "data-tier": c.tier });
     const head = el("header");
     head.appendChild(el("span", { class: "tier" }, c.tier + " · v" + c.version));
-    const label = { met: "met", missed: "missed", idle: "no traffic" }[c.status];
+    // "pending": requests in the hour but nothing judged yet (no job due, no window closed)
+    const label = { met: "met", missed: "missed", idle: "no traffic",
+                    pending: c.tier === TIER.COLD ? "no job due yet" : "pending" }[c.status];
     head.appendChild(el("span", { class: "pill " + c.status, "data-role": "status" }, label));
     node.appendChild(head);
     const big = el("p", { class: "big", "data-role": "attainment" }, pct(c.attainment));
@@ -62,6 +64,8 @@
       row(dl, "jobs on time / due", num(c.jobs_on_time) + " / " + num(c.jobs_due), c.missed.includes("jobs on time"));
       row(dl, "deadline", (c.deadline_s / 3600).toFixed(1) + " h");
     }
+    row(dl, "excess admitted", num(c.excess));
+    row(dl, "429s", num(c.rejected_429));
     row(dl, "tokens/s", num(c.tokens_per_s, 1));
     node.appendChild(dl);
     return node;
@@ -145,7 +149,7 @@
     const body = document.getElementById("violations");
     body.replaceChildren();
     if (!list.length) {
-      const tr = el("tr"); tr.appendChild(el("td", { colspan: 5, class: "muted" }, "No violations."));
+      const tr = el("tr"); tr.appendChild(el("td", { colspan: 6, class: "muted" }, "No violations."));
       body.appendChild(tr); return;
     }
     const fmt = (v, term) => {
@@ -161,6 +165,9 @@
       tr.appendChild(el("td", {}, v.label));
       tr.appendChild(el("td", {}, fmt(v.target, v.term)));
       tr.appendChild(el("td", {}, fmt(v.actual, v.term)));
+      const link = el("a", { class: "requests", href: root.dataset.requests + "&" + new URLSearchParams(
+        { tier: v.tier, window: v.window, start: v.at, term: v.term }) }, "requests");
+      const linkCell = el("td"); linkCell.appendChild(link); tr.appendChild(linkCell);
       body.appendChild(tr);
     });
   }
