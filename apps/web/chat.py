@@ -15,6 +15,9 @@ from apps.tenants.models import Tenant
 
 MAX_TOKENS_LIMIT = 2048
 DEFAULT_MAX_TOKENS = 256
+SYSTEM_MAX_CHARS = 8000
+# name -> (lowest, highest, lowest excluded): OpenAI's ranges
+SAMPLING_RANGES = {"temperature": (0.0, 2.0, False), "top_p": (0.0, 1.0, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,4 +63,23 @@ def turn_params(content: dict[str, Any], setup: ChatSetup) -> dict[str, Any]:
     if model is not None and model not in setup.models:
         raise BadRequestError(f"The model '{model}' does not exist.", param="model",
                               code="model_not_found")
-    return {"service_tier": tier, "max_tokens": max_tokens}
+    params: dict[str, Any] = {"service_tier": tier, "max_tokens": max_tokens}
+    for name, (low, high, open_low) in SAMPLING_RANGES.items():
+        value = content.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                low < value <= high if open_low else low <= value <= high):
+            bound = f"above {low:g}" if open_low else f"from {low:g}"
+            raise BadRequestError(f"'{name}' must be a number {bound} to {high:g}.", param=name)
+        params[name] = value
+    return params
+
+
+def system_prompt(content: dict[str, Any]) -> str:
+    """The turn's system prompt ('' for none); 400 past ``SYSTEM_MAX_CHARS``."""
+    system = content.get("system") or ""
+    if not isinstance(system, str) or len(system) > SYSTEM_MAX_CHARS:
+        raise BadRequestError(f"The system prompt must be text of at most {SYSTEM_MAX_CHARS} "
+                              "characters.", param="system")
+    return system.strip()

@@ -11,9 +11,11 @@ conversation per socket, kept here. Frames are bounded as on ``/ws/chat/``
 ``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009; a fault of ours is logged
 and closes with 1011.
 
-In: ``{"type": "chat", "content", "tier", "max_tokens"}``, ``{"type": "stop"}``, ``{"type":
-"reset"}`` (new conversation), ``{"type": "ping"}``. Out: ``ready``, then per turn ``delta``...,
-``tier_changed``, ``done`` or ``error``; ``reset``, ``pong``.
+In: ``{"type": "chat", "content", "tier", "max_tokens", "temperature", "top_p", "system"}``,
+``{"type": "stop"}``, ``{"type": "reset"}`` (new conversation), ``{"type": "open",
+"conversation"}`` (continue a stored one of this user), ``{"type": "ping"}``. Out: ``ready``,
+then per turn ``delta``..., ``tier_changed``, ``saved`` (the turn is stored:
+``apps/web/conversations.py``), then ``done`` or ``error``; ``opened``, ``reset``, ``pong``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from apps.core.ws_frames import (
 )
 from apps.gateway.serving import slots
 from apps.web.access import is_member, tenant_for_session
-from apps.web.chat import ChatSetup, chat_setup, turn_params
+from apps.web.chat import ChatSetup, chat_setup, system_prompt, turn_params
+from apps.web.conversations import conversation_get, conversation_save_turn
 from apps.web.serving import browser_caller, serve_turn
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.turn: asyncio.Task | None = None
         self.history: list[dict] = []
+        self.metas: list[dict | None] = []  # per message of ``history``: its ``done`` message
         self.conversation = uuid.uuid4().hex
         self.closing = False
         self.closer: asyncio.Future | None = None  # the slow-reader close, referenced till done
@@ -115,8 +119,10 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "reset":
             if self.turn is not None:
                 self.turn.cancel()
-            self.history, self.conversation = [], uuid.uuid4().hex
+            self.history, self.metas, self.conversation = [], [], uuid.uuid4().hex
             self.emit({"type": "reset"})
+        elif kind == "open":
+            await self._open(content.get("conversation"))
         elif kind == "ping":
             self.emit({"type": "pong"})
         else:
@@ -128,6 +134,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
                 raise BadRequestError("An answer is still streaming; stop it first.",
                                       code="turn_running")
             params = turn_params(content, self.setup)
+            system = system_prompt(content)
             text = content.get("content")
             if not isinstance(text, str) or not text.strip():
                 raise BadRequestError("Type a message first.", param="content")
@@ -138,24 +145,66 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
             self._error(exc)
             return
         history = [*self.history, {"role": "user", "content": text}]
-        self.turn = asyncio.create_task(self._turn(history, params))
+        self.turn = asyncio.create_task(self._turn(history, params, system))
 
-    async def _turn(self, history: list[dict], params: dict) -> None:
+    async def _turn(self, history: list[dict], params: dict, system: str) -> None:
         conversation = self.conversation
+        done: dict[str, Any] = {}
+
+        def emit(message: dict[str, Any]) -> None:
+            if message["type"] == "done":  # sent last, once the turn is stored
+                done.update(message)
+            else:
+                self.emit(message)
+
         try:
             answered = await serve_turn(caller=self.caller, conversation_id=conversation,
-                                        history=history, params=params, emit=self.emit)
+                                        history=history, params=params, emit=emit,
+                                        system=system)
             if isinstance(answered, APIError):
                 self._error(answered)
                 if answered.status == 401:  # no longer a member: this socket is done
                     self.turn = None
                     await self._shut(CLOSE_UNAUTHENTICATED)
-            elif conversation == self.conversation:
-                self.history = answered
+            else:
+                if conversation == self.conversation:
+                    self.history = answered
+                    try:
+                        await self._save(system, params, done)
+                    except Exception:  # the answer stands; only its storage failed
+                        logger.exception("web chat: storing the conversation failed")
+                self.emit(done)
         except asyncio.CancelledError:
             self.emit({"type": "stopped"})
         finally:
             self.turn = None
+
+    async def _open(self, conversation_id: Any) -> None:
+        if self.turn is not None:
+            self.turn.cancel()
+        found = await database_sync_to_async(conversation_get)(
+            tenant=self.setup.tenant, user=self.scope["user"], conversation_id=conversation_id)
+        if found is None:
+            self._error(BadRequestError("No such conversation.", param="conversation",
+                                        code="conversation_not_found"))
+            return
+        self.conversation, self.metas = found.pk.hex, [m.get("meta") for m in found.messages]
+        self.history = [{"role": m["role"], "content": m["content"]} for m in found.messages]
+        self.emit({"type": "opened", "conversation": {
+            "id": found.pk.hex, "title": found.title, "system": found.system,
+            "settings": found.settings, "messages": found.messages}})
+
+    async def _save(self, system: str, params: dict, done: dict[str, Any]) -> None:
+        """Store the conversation with this turn (the answer keeps its ``done`` metrics)."""
+        meta = {**done, "tier_asked": params["service_tier"]} if done else None
+        self.metas = [*self.metas[:len(self.history) - 2], None, meta]
+        messages = [{**m, "meta": meta} if meta else m
+                    for m, meta in zip(self.history, self.metas, strict=True)]
+        saved = await database_sync_to_async(conversation_save_turn)(
+            tenant=self.setup.tenant, user=self.scope["user"], conversation_id=self.conversation,
+            system=system, turn_settings=params, messages=messages)
+        self.conversation = saved.pk.hex
+        self.emit({"type": "saved", "conversation": {"id": saved.pk.hex, "title": saved.title}})
 
     def emit(self, message: dict[str, Any]) -> None:
         """Queue ``message``; a full queue means the reader is too slow: close with 4008."""

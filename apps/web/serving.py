@@ -35,11 +35,14 @@ def _done(result: Completion) -> dict[str, Any]:
 
 
 async def serve_turn(*, caller: Caller, conversation_id: str, history: list[dict],
-                     params: dict[str, Any], emit: Emit) -> list[dict] | APIError:
-    """Stream one turn over ``history`` (ending in the user's message) through ``emit``:
-    ``delta``..., ``tier_changed``, then ``done``. Returns the history with the answer
-    appended, or the ``APIError`` that ended the turn (not emitted: the consumer decides)."""
-    body = {**params, "model": settings.LASER_SERVED_MODEL_ID, "messages": history,
+                     params: dict[str, Any], emit: Emit, system: str = ""
+                     ) -> list[dict] | APIError:
+    """Stream one turn over ``history`` (ending in the user's message), after ``system`` as
+    the system message when given, through ``emit``: ``delta``..., ``tier_changed``, then
+    ``done``. Returns the history with the answer appended, or the ``APIError`` that ended the
+    turn (not emitted: the consumer decides)."""
+    messages = [{"role": "system", "content": system}, *history] if system else history
+    body = {**params, "model": settings.LASER_SERVED_MODEL_ID, "messages": messages,
             "stream": True}
     try:
         served = await serve(caller=caller, kind=CHAT, body=body, endpoint=ENDPOINT,

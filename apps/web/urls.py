@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.web import batch_views, key_views, onboarding, password_views, views
+from apps.web import (
+    batch_views,
+    conversation_views,
+    key_views,
+    onboarding,
+    password_views,
+    views,
+)
 
 urlpatterns = [
     path("", onboarding.home, name="web-home"),
@@ -19,6 +26,10 @@ urlpatterns = [
     path("dashboard/login/", views.DashboardLoginView.as_view(), name="web-dashboard-login"),
     path("tenants/", views.tenants, name="web-tenants"),
     path("chat/", views.chat, name="web-chat"),
+    path("chat/<str:conversation_id>/rename", conversation_views.rename,
+         name="web-conversation-rename"),
+    path("chat/<str:conversation_id>/delete", conversation_views.delete,
+         name="web-conversation-delete"),
     path("keys/", key_views.keys, name="web-keys"),
     path("keys/create", key_views.key_create, name="web-key-create"),
     path("keys/<int:key_id>/revoke", key_views.key_revoke, name="web-key-revoke"),

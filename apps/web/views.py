@@ -17,7 +17,8 @@ from apps.web.access import (
     tenant_for_session,
     tenant_page,
 )
-from apps.web.chat import chat_setup
+from apps.web.chat import MAX_TOKENS_LIMIT, SYSTEM_MAX_CHARS, chat_setup
+from apps.web.conversations import conversations_for
 
 
 class LoginView(auth_views.LoginView):
@@ -63,6 +64,9 @@ def chat(request: HttpRequest) -> HttpResponse:
     if not is_member(request.user, request.tenant):
         return render(request, "web/chat.html", {"setup": None, "section": "chat"})
     config = {"tiers": setup.tiers, "default_tier": setup.default_tier, "terms": setup.terms,
-              "models": setup.models, "socket": "/ws/app/chat/", "tier_names": tiers.NAMES}
-    return render(request, "web/chat.html", {"setup": setup, "config": config,
-                                             "section": "chat"})
+              "models": setup.models, "socket": "/ws/app/chat/", "tier_names": tiers.NAMES,
+              "base_url": request.build_absolute_uri("/v1"), "max_tokens": MAX_TOKENS_LIMIT}
+    return render(request, "web/chat.html", {
+        "setup": setup, "config": config, "section": "chat", "max_tokens": MAX_TOKENS_LIMIT,
+        "system_max": SYSTEM_MAX_CHARS,
+        "conversations": conversations_for(tenant=request.tenant, user=request.user)})

@@ -22,6 +22,18 @@ def _manual_slo_flush(request: Any, settings: Any) -> Any:
         flush_reports()
 
 
+@pytest.fixture
+def fake() -> Any:
+    """A scripted engine behind the engine client (answers "Hello world!")."""
+    from apps.gateway import engine_client
+    from tests.apps.gateway.fakes import FakeEngine
+
+    engine = FakeEngine()
+    old = engine_client.set_engine_client(engine)
+    yield engine
+    engine_client.set_engine_client(old)
+
+
 def session_cookie(user: Any) -> bytes:
     """A ``Cookie`` header value for a session of ``user`` (for WebSocket tests)."""
     return f"sessionid={logged_in(user).cookies['sessionid'].value}".encode()

@@ -1,8 +1,11 @@
 """The tenant web app in headless Chromium against ``manage.py serve`` (embedded, as `make run`:
-the bundled SmolLM2, the batch worker thread, SQLite): sign in, chat two turns over the
-session-cookie WebSocket, create a key and use it with the openai SDK, revoke it and see the SDK
-get 401, upload a 20-line batch and watch its progress bar reach 100 %, download the output, and
-a member without the admin role cannot create keys.
+the bundled SmolLM2, the batch worker thread, SQLite): from the front page, sign in, chat two
+turns over the session-cookie WebSocket, see the conversation survive a reload, a system prompt
+change the (greedy) answer, a stored answer's markdown render with its script inert; create a
+key, paste the getting-started curl and get an answer, use the key with the openai SDK, revoke
+it and see the SDK get 401, upload a 20-line batch and watch its progress bar reach 100 %,
+download the output; a member without the admin role cannot create keys, and neither another
+member nor another tenant's user can open the conversation.
 
 With ``LASER_SCREENSHOTS=1`` it also writes every page at desktop and phone width into
 ``docs/img/`` (CI leaves the tree alone).
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import openai
@@ -27,14 +31,27 @@ IMG = Path(__file__).resolve().parents[3] / "docs" / "img"
 PASSWORD = "correct-horse-battery"
 DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
+MARKDOWN_ID = "0b5e2c1e6a0d4f7e9c3b8a1d2e4f6a80"
+MARKDOWN_ANSWER = ("# Capitals\n\n**Paris** is in `France`.\n\n```python\nprint('hi')\n```\n\n"
+                   "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"
+                   "[link](javascript:window.pwned=3)")
 USERS = f"""
 from django.contrib.auth import get_user_model
+from apps.slo.services import contracts_ensure_defaults
 from apps.tenants.models import Tenant
-from apps.tenants.services import member_add
+from apps.tenants.services import member_add, tenant_create
+from apps.web.models import Conversation
 demo = Tenant.objects.get(slug="demo")
 for name, role in (("ada", "admin"), ("bob", "member")):
     user = get_user_model().objects.create_user(name, password="{PASSWORD}")
     member_add(tenant=demo, user=user, role=role)
+other = tenant_create(name="Other", slug="other")
+contracts_ensure_defaults(tenant=other)
+member_add(tenant=other, user=get_user_model().objects.create_user("eve", password="{PASSWORD}"))
+Conversation.objects.create(
+    id="{MARKDOWN_ID}", tenant=demo, user=get_user_model().objects.get(username="ada"),
+    title="Markdown check", messages=[{{"role": "user", "content": "Format it"}},
+                                      {{"role": "assistant", "content": {MARKDOWN_ANSWER!r}}}])
 """
 
 # A page wider than the window scrolls sideways: name what sticks out (outside scroll boxes).
@@ -72,11 +89,21 @@ def _chat_turn(page, text: str, n: int) -> dict:
             "demoted": answer.locator(".demoted").count()}
 
 
-def _chat(page) -> None:
+def _connected(page) -> None:
     page.wait_for_function("document.getElementById('chat-status').innerText"
                            ".startsWith('connected')", timeout=30_000)
+
+
+def _chat(page) -> None:
+    _connected(page)
     assert page.locator("#chat-tier option").all_inner_texts() == ["hot", "warm", "cold"]
+    page.fill("#chat-max-tokens", "0")  # refused by name, never silently replaced
+    page.fill("#chat-input", "Hi")
+    page.keyboard.press("Enter")
+    assert page.locator("#chat-max-tokens-error").inner_text().startswith("A whole number")
+    assert page.locator("li.message").count() == 0
     page.fill("#chat-max-tokens", "24")
+    page.fill("#chat-temperature", "0")  # greedy: the same question gives the same answer
     streamed = []  # the answer's text as the page showed it while streaming
     page.expose_function("seen", lambda text: streamed.append(text))
     page.evaluate("""() => new MutationObserver(() => {
@@ -93,10 +120,66 @@ def _chat(page) -> None:
         assert served == "served hot" or (served == "served warm" and turn["demoted"]), turn
         assert "TTFT" in turn["metrics"]
         assert "tokens/s" in turn["metrics"] and "contract p99" in turn["metrics"]
-    partial = {s for s in streamed if s and s != first["text"] and first["text"].startswith(s)}
-    assert partial, "the first answer appeared all at once, not streamed"
+    raw = [t for t in streamed if t]
+    grew = any(b != a and b.startswith(a) for a, b in zip(raw, raw[1:], strict=False))
+    assert grew, "the answers appeared all at once, not streamed"
     assert page.locator("li.message").count() == 4
     _shoot(page, "chat")
+    # the conversation is kept on the server: a reload shows it, with its SLO lines
+    assert "?c=" in page.url and page.locator("#conversation-list li").count() == 2
+    page.reload()
+    page.locator("li.message.assistant .metrics").nth(1).wait_for(timeout=30_000)
+    assert page.locator("li.message").count() == 4
+    assert page.locator("li.message.assistant .text").first.inner_text() == first["text"]
+    # a system prompt changes the answer to the same question (greedy both times)
+    page.click("#chat-new")
+    page.fill("#chat-system", "You are a pirate. Start every answer with 'Arr, matey!' "
+                              "and talk like a pirate.")
+    pirate = _chat_turn(page, "What is the capital of France?", 0)
+    assert pirate["text"] != first["text"], (pirate, first)
+    page.click("#chat-code")
+    code = page.locator("#code-python").inner_text()
+    assert "You are a pirate" in code and "temperature=0" in code and "LASER_API_KEY" in code
+    _markdown(page)
+
+
+def _markdown(page) -> None:
+    """A stored answer with markdown, a script tag, an onerror handler and a javascript: link
+    renders as HTML with none of them able to run."""
+    page.goto(page.url.split("?")[0] + f"?c={MARKDOWN_ID}")
+    answer = page.locator("li.message.assistant .text.markdown")
+    answer.wait_for(timeout=30_000)
+    assert answer.locator("h1").inner_text() == "Capitals"
+    assert answer.locator("strong").inner_text() == "Paris"
+    assert answer.locator("pre code").inner_text().strip() == "print('hi')"
+    assert page.locator("#messages script").count() == 0
+    assert page.locator("#messages [onerror]").count() == 0
+    assert page.locator("#messages a[href^='javascript']").count() == 0
+    assert page.evaluate("() => window.pwned") is None
+
+
+def _isolated(browser, url: str, conversation: str) -> None:
+    """Another member of the tenant and a user of another tenant cannot open it."""
+    for user in ("bob", "eve"):
+        page = _sign_in(browser, url, user, DESKTOP)
+        page.goto(f"{url}/chat/?c={conversation}")
+        page.locator("li.message .error").wait_for(timeout=30_000)
+        assert "No such conversation" in page.locator("#messages").inner_text()
+        assert conversation not in page.content().replace(f"?c={conversation}", "")
+        page.close()
+
+
+def _getting_started(page, url: str, secret: str) -> None:
+    """The getting-started curl, pasted with the full key where the page shows its prefix,
+    answers."""
+    page.goto(f"{url}/start/")
+    prefix = page.locator("#key-prefix").inner_text().removesuffix("…")
+    assert secret.startswith(prefix)
+    snippet = page.locator("#start-curl").inner_text().replace(f"{prefix}…", secret)
+    done = subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["choices"][0]["message"]["content"], done.stdout
+    _shoot(page, "start")
 
 
 def _keys(page, url: str) -> None:
@@ -111,6 +194,7 @@ def _keys(page, url: str) -> None:
     reply = client.chat.completions.create(model="smollm2-135m-instruct", max_tokens=4,
                                            messages=[{"role": "user", "content": "Hi"}])
     assert reply.choices[0].message.content
+    _getting_started(page, url, secret)
     page.goto(f"{url}/keys/")  # the list, without the secret
     assert secret not in page.content()
     page.once("dialog", lambda dialog: dialog.accept())
@@ -166,11 +250,11 @@ def _member_reads_keys_only(browser, url: str) -> None:
 
 def _phone_and_dashboard(browser, url: str) -> None:
     page = _sign_in(browser, url, "ada", PHONE)
-    for name, path in (("chat", "/chat/"), ("keys", "/keys/"), ("batches", "/batches/")):
+    for name, path in (("chat", "/chat/"), ("keys", "/keys/"), ("batches", "/batches/"),
+                       ("start", "/start/"), ("guide", "/docs/batches.md")):
         page.goto(f"{url}{path}")
         if path == "/chat/" and os.environ.get("LASER_SCREENSHOTS") == "1":
-            page.wait_for_function("document.getElementById('chat-status').innerText"
-                                   ".startsWith('connected')", timeout=30_000)
+            _connected(page)
             page.fill("#chat-max-tokens", "16")
             _chat_turn(page, "Name a colour.", 0)  # a conversation for the picture
         wide = page.evaluate(WIDER_THAN_SCREEN)
@@ -194,6 +278,10 @@ def test_web_app_in_chromium(tmp_path):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = _sign_in(browser, stack.url, "ada", DESKTOP)
             _chat(page)
+            page.goto(f"{stack.url}/chat/")
+            conversation = page.locator("#conversation-list li").first.get_attribute(
+                "data-conversation")
+            _isolated(browser, stack.url, conversation)
             _keys(page, stack.url)
             _batches(page, tmp_path)
             page.click("nav >> text=Dashboard")

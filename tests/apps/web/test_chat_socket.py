@@ -15,14 +15,6 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 
 
-@pytest.fixture
-def fake():
-    fake = FakeEngine()
-    old = engine_client.set_engine_client(fake)
-    yield fake
-    engine_client.set_engine_client(old)
-
-
 def _socket(cookie: bytes | None = None, origin=ORIGIN) -> WebsocketCommunicator:
     from laser_platform.asgi import application
 
