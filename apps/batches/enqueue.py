@@ -30,8 +30,11 @@ def _safely(send: Callable[..., None], *args: int) -> None:
         logger.exception("could not enqueue %s%r; the sweep will retry", send.__name__, args)
 
 
-def _send(task: str, *args: int) -> None:
-    current_app.signature(task, args=args, options={"ignore_result": True}).delay()
+def _send(task: str, *args: int, countdown: int = 0) -> None:
+    options: dict = {"ignore_result": True}
+    if countdown > 0:
+        options["countdown"] = countdown
+    current_app.signature(task, args=args, options=options).delay()
 
 
 def validate(batch_id: int) -> None:
@@ -40,6 +43,11 @@ def validate(batch_id: int) -> None:
 
 def chunk(batch_id: int, first: int, last: int) -> None:
     _send("batches.chunk", batch_id, first, last)
+
+
+def chunk_later(batch_id: int, first: int, last: int, countdown: int) -> None:
+    """A chunk due in ``countdown`` seconds (a tenant waiting for its rate window)."""
+    _send("batches.chunk", batch_id, first, last, countdown=countdown)
 
 
 def finalize(batch_id: int) -> None:

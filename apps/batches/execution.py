@@ -1,22 +1,31 @@
 """Running one chunk of a batch through the serving path.
 
-A chunk sends its pending lines through ``apps.gateway.serving.serve`` at cold tier with the
-batch's deadline (at most ``LASER_BATCH_CHUNK_CONCURRENCY`` at once), as the key the batch was
-created with: each line is admitted against the tenant's cold contract like any request. Over
-its requests/min or tokens/min (or a concurrency cap, or a saturated engine) a line waits and is
-sent again (``Retry-After``) ahead of the chunk's later lines, which wait as long, so the
-batch is paced, keeps its line order and nothing fails; once the daily budget is
-spent each remaining line ends with ``insufficient_quota`` in the error file, and once the key
-is revoked with ``invalid_api_key`` (the key is re-checked at most every
+A chunk task is one *turn* of one batch: it takes the batch's first
+``LASER_BATCH_CHUNK_LINES`` pending lines of its range and hands the rest of the range back to
+the end of the queue. A batch has one chunk message queued at a time (``batch_enqueue_chunks``),
+so a worker serves the running batches in turn (round robin), whatever their sizes, and a new
+batch waits at most one turn of each batch ahead of it.
+
+A chunk sends its lines through ``apps.gateway.serving.serve`` at cold tier with the batch's
+deadline (at most ``LASER_BATCH_CHUNK_CONCURRENCY`` at once), as the key the batch was created
+with: each line is admitted against the tenant's cold contract like any request. Over its
+requests/min or tokens/min (or a concurrency cap, or a saturated engine) a line waits and is
+sent again (``Retry-After``) ahead of the chunk's later lines, which wait as long, so the batch
+is paced, keeps its line order and nothing fails. A wait longer than ``LASER_BATCH_YIELD_S``
+ends the turn once the lines in flight are done: the rest goes back to the queue with that
+countdown, so no task holds a worker while a tenant waits for its rate window. Once the daily
+budget is spent each remaining line ends with ``insufficient_quota`` in the error file, and
+once the key is revoked with ``invalid_api_key`` (the key is re-checked at most every
 ``LASER_BATCH_POLL_S``). The engine's scheduler then paces the lines it runs: in hot's gaps,
 promoted as slack runs out. Each result is written once, by a conditional UPDATE from
 ``pending``: a redelivered chunk skips lines already written, and a line expired or cancelled
 meanwhile keeps that state. While lines are in flight the chunk re-reads its batch every
 ``LASER_BATCH_POLL_S``; on cancel or at the deadline it aborts its engine requests. Past
-``LASER_BATCH_CHUNK_SOFT_LIMIT_S`` it stops taking lines and hands the rest back, so every task
-stays minutes long. A chunk marks its batch's ``progress_at`` when it starts and every
-``HEARTBEAT_S`` while it runs, so the sweep leaves a live batch alone.
+``LASER_BATCH_CHUNK_SOFT_LIMIT_S`` it stops taking lines and hands the rest back. A chunk marks
+its batch's ``progress_at`` when it starts and every ``HEARTBEAT_S`` while it runs, so the sweep
+leaves a live batch alone.
 """
+
 
 from __future__ import annotations
 
@@ -59,8 +68,10 @@ def _line_no(item: tuple[float, BatchLine]) -> int:
 @dataclass(slots=True)
 class ChunkResult:
     written: int = 0
-    leftover: list[int] = field(default_factory=list)  # line numbers handed back (soft limit)
+    leftover: list[int] = field(default_factory=list)  # line numbers handed back
     stopped: str | None = None  # "cancelled", "expired", "gone" when the batch stopped running
+    resume_in: float = 0.0  # seconds until the leftover may run (a tenant's rate window)
+    next_first: int | None = None  # the turn to enqueue next: lines next_first..last
 
 
 class ChunkRunner:
@@ -125,9 +136,11 @@ class ChunkRunner:
         soft_limit = settings.LASER_BATCH_CHUNK_SOFT_LIMIT_S
         while (self.todo and self.result.stopped is None) or self.inflight:
             over_time = time.monotonic() - self.started > soft_limit
-            if over_time and self.todo:
-                self.result.leftover = sorted(x.line_no for _, x in self.todo)
-                self.todo.clear()
+            wait = self.hold_until - time.time()
+            if self.todo and (over_time or (wait > settings.LASER_BATCH_YIELD_S
+                                            and not self.inflight)):
+                self._hand_back(max(0.0, wait))
+                continue
             await self._fill(limit)
             if not self.inflight:
                 await asyncio.sleep(min(_RETRY_S, settings.LASER_BATCH_POLL_S))
@@ -139,6 +152,12 @@ class ChunkRunner:
             if self.result.stopped is None:
                 await self._check_batch()
         return self.result
+
+    def _hand_back(self, resume_in: float) -> None:
+        """End the turn: the lines not started go back to the queue, due in ``resume_in``."""
+        self.result.leftover = sorted(x.line_no for _, x in self.todo)
+        self.result.resume_in = resume_in
+        self.todo.clear()
 
     async def _fill(self, limit: int) -> None:
         """Start the due lines, earliest line first, up to ``limit`` in flight. A line sent
@@ -257,15 +276,20 @@ class ChunkRunner:
 
 def chunk_run(*, batch_id: int, first: int, last: int,
               client: EngineClient | None = None) -> ChunkResult:
-    """Run the pending lines numbered ``first..last`` of a running batch (the chunk task)."""
+    """Run one turn of a running batch (the chunk task): its first ``LASER_BATCH_CHUNK_LINES``
+    pending lines numbered ``first..last``. ``next_first`` of the result says where the next
+    turn starts (None: the range is done)."""
     batch = (Batch.objects.select_related("tenant__plan", "api_key__tenant", "created_by")
              .filter(pk=batch_id).first())
     if batch is None or batch.status not in RUNNING_STATUSES:
         return ChunkResult(stopped="gone" if batch is None else batch.status)
     if batch.deadline_at <= timezone.now():
         return ChunkResult(stopped="expired")
+    size = settings.LASER_BATCH_CHUNK_LINES
     lines = list(batch.lines.filter(status=LineStatus.PENDING, line_no__gte=first,
-                                    line_no__lte=last).order_by("line_no"))
+                                    line_no__lte=last).order_by("line_no")[: size + 1])
+    beyond = lines[size].line_no if len(lines) > size else None
+    lines = lines[:size]
     if not lines:
         return ChunkResult()
     batch_touch(batch_id=batch_id)
@@ -273,4 +297,7 @@ def chunk_run(*, batch_id: int, first: int, last: int,
         from apps.gateway.serving import get_engine_client
 
         client = get_engine_client()
-    return ChunkRunner(batch, lines, client).run()
+    result = ChunkRunner(batch, lines, client).run()
+    if result.stopped is None:
+        result.next_first = result.leftover[0] if result.leftover else beyond
+    return result

@@ -200,20 +200,25 @@ def batch_touch(*, batch_id: int) -> None:
     Batch.objects.filter(pk=batch_id).update(progress_at=timezone.now())
 
 
-def chunk_ranges(line_nos: list[int], size: int) -> list[tuple[int, int]]:
-    """Split sorted line numbers into inclusive ``(first, last)`` ranges of ``size`` lines."""
+def split_ranges(line_nos: list[int], parts: int) -> list[tuple[int, int]]:
+    """Split sorted line numbers into at most ``parts`` inclusive ``(first, last)`` ranges of
+    nearly equal counts."""
+    size = -(-len(line_nos) // max(1, parts))
     return [(line_nos[i], line_nos[min(i + size, len(line_nos)) - 1])
-            for i in range(0, len(line_nos), size)]
+            for i in range(0, len(line_nos), size)] if line_nos else []
 
 
 def batch_enqueue_chunks(*, batch: Batch) -> int:
-    """Enqueue chunk tasks covering every pending line (start, and resume after a restart);
-    with no pending line, enqueue finalization. Returns the number of chunks."""
+    """Enqueue the batch's next turns: one chunk task over its pending lines (or
+    ``LASER_BATCH_PARALLEL_TURNS`` over as many parts of them), each running the first
+    ``LASER_BATCH_CHUNK_LINES`` lines of its range and enqueueing the rest behind the other
+    batches (start, and resume after a restart); with no pending line, enqueue finalization.
+    Returns the number of chunk tasks enqueued."""
     from django.conf import settings
 
     pending = list(batch.lines.filter(status=LineStatus.PENDING)
                    .order_by("line_no").values_list("line_no", flat=True))
-    ranges = chunk_ranges(pending, settings.LASER_BATCH_CHUNK_LINES)
+    ranges = split_ranges(pending, settings.LASER_BATCH_PARALLEL_TURNS)
     for first, last in ranges:
         enqueue.after_commit(enqueue.chunk, batch.pk, first, last)
     if ranges:

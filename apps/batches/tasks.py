@@ -9,6 +9,7 @@ unacked and the broker hands it to another worker (Redis: after the visibility t
 from __future__ import annotations
 
 import logging
+import math
 
 from celery import shared_task
 from django.conf import settings
@@ -34,7 +35,8 @@ def validate_batch(batch_id: int) -> None:
     soft_time_limit=None, time_limit=settings.LASER_BATCH_CHUNK_HARD_LIMIT_S, **_SAFE,
 )
 def run_chunk(self, batch_id: int, first: int, last: int) -> None:
-    """Run lines ``first..last``; hand back what the soft limit left; finalize when done.
+    """Run one turn of lines ``first..last``; enqueue the next turn at the back of the queue
+    (after its rate window, if the tenant must wait); finalize when none is left.
 
     The engine or the database away: the chunk runs again later (a failed task would be acked
     and its lines left to the sweep); the lines it wrote are skipped then."""
@@ -42,9 +44,14 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
 
     try:
         result = chunk_run(batch_id=batch_id, first=first, last=last)
-        if result.leftover:
+        if result.next_first is not None:
             batch_touch(batch_id=batch_id)
-            enqueue.after_commit(enqueue.chunk, batch_id, result.leftover[0], result.leftover[-1])
+            if result.resume_in > 0:
+                enqueue.after_commit(enqueue.chunk_later, batch_id, result.next_first, last,
+                                     math.ceil(result.resume_in))
+            else:
+                enqueue.after_commit(enqueue.chunk, batch_id, result.next_first, last)
+            return
         batch_finalize(batch_id=batch_id)
     except EngineUnavailable as exc:
         logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)

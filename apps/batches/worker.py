@@ -1,6 +1,12 @@
-"""The embedded Celery worker: a worker thread (solo pool) and a sweep thread inside the
+"""The embedded Celery workers: two worker threads (solo pools) and a sweep thread inside the
 ``manage.py serve`` process, consuming the in-memory broker (or Redis, when ``REDIS_URL`` is
 set). Registered with ``apps.core.lifecycle`` by ``BatchesConfig.ready``.
+
+One worker takes the chunks (the default queue), the other the control tasks (validation,
+finalization: ``LASER_BATCH_CONTROL_QUEUE``), so that a new batch is validated while another
+batch's chunk holds the first worker. Celery keeps a worker's queue selection on its app, so the
+control worker runs on an app of its own with the same configuration (the in-memory broker's
+queues are shared by the whole process).
 
 On start it resumes every unfinished batch from the database, because the in-memory broker
 forgot the queued tasks together with the previous process.
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -18,41 +25,46 @@ from django.db import close_old_connections, connection
 logger = logging.getLogger(__name__)
 
 CLEANUP_EVERY_S = 3600.0
+_READY: dict[str, threading.Event] = {}  # by worker hostname, set once it consumes
+
+
+def _ready_step() -> type:
+    from celery import bootsteps
+
+    class Ready(bootsteps.StartStopStep):
+        requires = {"celery.worker.consumer.tasks:Tasks"}
+
+        def start(self, consumer: Any) -> None:
+            _READY[consumer.hostname].set()
+
+    return Ready
+
+
+def _control_app() -> Any:
+    """A second Celery app with the project's configuration (tasks are shared tasks)."""
+    from celery import Celery
+
+    import apps.batches.tasks  # noqa: F401 - registers the shared tasks on every app
+
+    app = Celery("laser-control", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    return app
 
 
 class EmbeddedWorker:
     def __init__(self, *, sweep_s: float | None = None) -> None:
         self.sweep_s = sweep_s if sweep_s is not None else settings.LASER_BATCH_SWEEP_S
-        self._worker = None
-        self._thread: threading.Thread | None = None
+        self._workers: list[tuple[Any, threading.Thread, threading.Event]] = []
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
-        self._consuming = threading.Event()
 
     def start(self) -> None:
-        from celery import bootsteps
-        from celery import current_app as app  # the project's (laser_platform/celery.py)
-        from celery.worker import WorkController
+        from celery import current_app  # the project's (laser_platform/celery.py)
 
-        consuming = self._consuming
-
-        class Ready(bootsteps.StartStopStep):
-            requires = {"celery.worker.consumer.tasks:Tasks"}
-
-            def start(self, consumer: object) -> None:
-                consuming.set()
-
-        app.steps["consumer"].add(Ready)
-        app.finalize()
-        self._worker = WorkController(
-            app=app, pool="solo", concurrency=1, hostname=f"embedded@{_host()}",
-            loglevel=settings.LOG_LEVEL, without_heartbeat=True, without_mingle=True,
-            without_gossip=True,
-        )
-        self._thread = threading.Thread(target=self._run, name="batch-worker", daemon=True)
-        self._thread.start()
-        if not consuming.wait(timeout=30):
-            raise RuntimeError("the embedded Celery worker did not start within 30 s")
+        host = _host()
+        self._start_one(current_app, f"embedded@{host}", settings.CELERY_TASK_DEFAULT_QUEUE)
+        self._start_one(_control_app(), f"embedded-control@{host}",
+                        settings.LASER_BATCH_CONTROL_QUEUE)
         from apps.batches.sweep import resume
 
         resume()
@@ -60,13 +72,33 @@ class EmbeddedWorker:
                                          daemon=True)
         self._sweeper.start()
 
-    def _run(self) -> None:
+    def _start_one(self, app: Any, hostname: str, queue: str) -> None:
+        from celery.worker import WorkController
+
+        ready = _READY[hostname] = threading.Event()
+        app.steps["consumer"].add(_ready_step())
+        app.finalize()
+        worker = WorkController(
+            app=app, pool="solo", concurrency=1, hostname=hostname, queues=[queue],
+            loglevel=settings.LOG_LEVEL, without_heartbeat=True, without_mingle=True,
+            without_gossip=True,
+        )
+        thread = threading.Thread(target=self._run, args=(worker, ready),
+                                  name=f"batch-worker-{queue}", daemon=True)
+        thread.start()
+        self._workers.append((worker, thread, ready))
+        if not ready.wait(timeout=30):
+            raise RuntimeError(f"the embedded Celery worker for {queue!r} did not start "
+                               "within 30 s")
+
+    @staticmethod
+    def _run(worker: Any, ready: threading.Event) -> None:
         try:
-            self._worker.start()
+            worker.start()
         except Exception:
             logger.exception("embedded Celery worker crashed")
         finally:
-            self._consuming.clear()
+            ready.clear()
             connection.close()
 
     def _sweep_loop(self) -> None:
@@ -85,7 +117,8 @@ class EmbeddedWorker:
         connection.close()
 
     def is_ready(self) -> bool:
-        return self._consuming.is_set() and self._thread is not None and self._thread.is_alive()
+        return bool(self._workers) and all(
+            ready.is_set() and thread.is_alive() for _, thread, ready in self._workers)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop consuming. A chunk still running is abandoned: its lines stay pending and the
@@ -93,10 +126,10 @@ class EmbeddedWorker:
         from celery.worker import state
 
         self._stop.set()
-        if self._worker is not None:
-            state.should_terminate = 0
-            if self._thread is not None:
-                self._thread.join(timeout)
+        if self._workers:
+            state.should_terminate = 0  # read by every worker of the process
+            for _, thread, _ in self._workers:
+                thread.join(timeout)
             state.should_terminate = None
         if self._sweeper is not None:
             self._sweeper.join(timeout)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from kombu import Queue
+
 from laser_platform.settings._env import env
 
 # Upload limits. Files are stored in the database (see docs/batches.md for why).
@@ -20,14 +22,22 @@ LASER_BATCH_MAX_WINDOW_S: int = env("LASER_BATCH_MAX_WINDOW_S", 24 * 3600, int)
 # Default lifetime of uploaded batch files and of output/error files (OpenAI: 30 days).
 LASER_BATCH_FILE_TTL_S: int = env("LASER_BATCH_FILE_TTL_S", 30 * 24 * 3600, int)
 
-# A chunk task runs this many lines, at most this many in the engine at once. Chunks are the
-# unit of redelivery: a worker lost mid-chunk costs one chunk of recomputation, not a batch.
+# A chunk task (one turn of one batch) runs this many lines, at most this many in the engine at
+# once, then hands the rest of the batch to the back of the queue. Chunks are the unit of
+# redelivery and of fairness: a worker lost mid-chunk costs one chunk of recomputation, and a
+# batch waits at most one turn of each batch ahead of it.
 LASER_BATCH_CHUNK_LINES: int = env("LASER_BATCH_CHUNK_LINES", 32, int)
 LASER_BATCH_CHUNK_CONCURRENCY: int = env("LASER_BATCH_CHUNK_CONCURRENCY", 16, int)
+# Turns of one batch queued at once (each over its own part of the lines): 1 serves batches in
+# strict turn; more let several workers (each with its engine) run one large batch together.
+LASER_BATCH_PARALLEL_TURNS: int = env("LASER_BATCH_PARALLEL_TURNS", 1, int)
 # Bounded task length: past the soft limit a chunk stops taking lines and re-enqueues the
 # rest; the hard limit kills it. Both stay well under the visibility timeout below.
-LASER_BATCH_CHUNK_SOFT_LIMIT_S: float = env("LASER_BATCH_CHUNK_SOFT_LIMIT_S", 240.0, float)
+LASER_BATCH_CHUNK_SOFT_LIMIT_S: float = env("LASER_BATCH_CHUNK_SOFT_LIMIT_S", 60.0, float)
 LASER_BATCH_CHUNK_HARD_LIMIT_S: int = env("LASER_BATCH_CHUNK_HARD_LIMIT_S", 420, int)
+# A line told to wait longer than this (a tenant's rate window) ends the chunk's turn: the
+# rest is re-enqueued with that countdown instead of holding the worker while it waits.
+LASER_BATCH_YIELD_S: float = env("LASER_BATCH_YIELD_S", 2.0, float)
 # How often a running chunk re-reads its batch (cancel / deadline) while lines are in flight.
 LASER_BATCH_POLL_S: float = env("LASER_BATCH_POLL_S", 0.5, float)
 # Expiry / cleanup sweep period (Celery beat in production, a thread in embedded mode).
@@ -74,6 +84,18 @@ if LASER_BATCH_STALL_S <= LASER_BATCH_CHUNK_HARD_LIMIT_S:
     raise ImproperlyConfigured("LASER_BATCH_STALL_S must exceed LASER_BATCH_CHUNK_HARD_LIMIT_S")
 # At most this many stalled batches are re-enqueued per sweep run (the rest, next run).
 LASER_BATCH_SWEEP_REDISPATCH: int = env("LASER_BATCH_SWEEP_REDISPATCH", 20, int)
+
+# Two queues: chunks (engine work, each task one turn of one batch) on the default queue, and
+# the short control tasks (validation, finalization) on their own, so that a file is validated
+# by a worker that is never busy with another batch's chunk. A worker started without ``-Q``
+# consumes both; `celery worker -Q batch-control` is a control-only worker (see
+# docs/batches.md). The embedded process runs one worker thread per queue.
+LASER_BATCH_CONTROL_QUEUE = "batch-control"
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = (Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(LASER_BATCH_CONTROL_QUEUE))
+CELERY_TASK_ROUTES = {name: {"queue": LASER_BATCH_CONTROL_QUEUE}
+                      for name in ("batches.validate", "batches.finalize", "batches.sweep",
+                                   "batches.cleanup")}
 
 # Periodic batch tasks (`celery -A laser_platform beat`). Another app adding periodic tasks
 # should extend this dict rather than redefine it.

@@ -52,7 +52,9 @@ def test_batch_runs_to_completed_with_output_joined_on_custom_id(cold, upload, q
     queue.run_one()
     batch.refresh_from_db()
     assert batch.status == "in_progress"
-    assert queue.names() == ["chunk", "chunk", "chunk"]  # 5 lines in chunks of 2
+    assert queue.items == [("chunk", (batch.pk, 1, 5))]  # one turn queued per batch
+    queue.run_one()  # runs 2 lines, then queues the rest behind the other batches
+    assert queue.items == [("chunk", (batch.pk, 3, 5))]
     queue.drain()
     batch.refresh_from_db()
     assert batch.status == "completed" and batch.finished_at <= batch.deadline_at
