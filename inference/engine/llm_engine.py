@@ -31,6 +31,7 @@ from inference.scheduler import StepPlan, make_scheduler
 from inference.sequence import SequenceStatus, sequences_from_request
 
 from .config import EngineConfig
+from .contention import CpuContention
 from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
 from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
@@ -95,6 +96,7 @@ class LLMEngine:
         self._choices: dict[str, tuple[RequestState, Choice]] = {}
         self._lock = threading.RLock()
         self._meter = StepMeter()
+        self._contention = CpuContention()
         self.last_step_empty = False  # the last step had nothing to run
         self._paused: _Paused | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
@@ -274,8 +276,11 @@ class LLMEngine:
         the forward's seconds, ``t_plan``: when the step began planning (``perf_counter``);
         None for a forward split across steps."""
         out = self.sampler.sample(logits, rows)
+        contention = self._contention.sample(time.monotonic())
         with self._lock:
             now = time.time()
+            if contention is not None:
+                self.scheduler.observe_contention(contention)
             if run_s is not None:
                 # the policy's cost model learns this machine's step time from every real
                 # step, the runner which packs are faster at its width
@@ -356,6 +361,7 @@ class LLMEngine:
                 tokens_per_s=self._meter.tokens_per_s(time.time()),
                 num_preemptions=s.num_preemptions, last_step_s=self._meter.last_step_s,
                 mean_step_s=self._meter.mean_step_s, num_steps=self._meter.num_steps,
+                cpu_contention=self._contention.factor,
             )
 
 

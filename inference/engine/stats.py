@@ -19,6 +19,8 @@ class EngineStats:
     ``kv_fragmentation`` is the fraction of allocated KV slots that hold no token (the unused
     tail of each sequence's last block, plus blocks reserved for tokens not computed yet).
     ``tokens_per_s`` counts generated tokens over the last ``THROUGHPUT_WINDOW_S`` seconds.
+    ``cpu_contention``: how many times longer the engine's threads take than with the cores
+    to themselves (``inference.engine.contention``; 1 where it is not measured).
     """
 
     running: dict[str, int] = field(default_factory=dict)   # per tier
@@ -33,6 +35,7 @@ class EngineStats:
     last_step_s: float = 0.0
     mean_step_s: float = 0.0
     num_steps: int = 0
+    cpu_contention: float = 1.0
     ready: bool = True
     max_model_len: int = 0  # longest prompt + output the engine takes (0: not known)
     max_prompt_bytes: int = 0  # a prompt longer than this can never fit (0: no bound known)

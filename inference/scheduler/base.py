@@ -76,6 +76,11 @@ class Scheduler(ABC):
         estimate step time learn. ``token_s``: the step from its plan to its sampled tokens
         (planning, the forward, sampling), what a stream waits between two tokens."""
 
+    def observe_contention(self, factor: float) -> None:
+        """The engine reports how many times longer its threads take than with the cores to
+        themselves (``inference.engine.contention``); a policy that refuses on its estimate
+        of the queue's wait prices it at the machine's own speed."""
+
     def reserved_idle_blocks(self) -> int:
         """Free KV blocks this policy keeps from some tier (fragmentation accounting)."""
         return 0

@@ -202,9 +202,14 @@ class HotTriage:
 
     def _refuse_past(self, head: Sequence, now: float, ahead: float, limit: float,
                      what: str) -> None:
+        """Refuse when the wait so far plus ``ahead`` passes ``limit``. ``ahead`` is priced
+        at the machine's own speed: the learned step times over the CPU contention the
+        engine measured, so a busy neighbour slows the queue (and demotes) but does not turn
+        a burst into refusals (priced in slowed seconds, 32 short chats beside a busy loop
+        were refused)."""
         if ahead <= 0:
             return
-        wait = now - head.arrival_time + ahead
+        wait = now - head.arrival_time + ahead / self.state.contention
         if wait > limit:
             raise EngineOverloaded(
                 f"{what} is full: estimated wait before this request's prefill {wait:.2f} s "

@@ -123,6 +123,9 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         self.cost.observe_step(num_tokens, seconds, prompt_tokens)
         self.est_error.observe(seconds if token_s is None else token_s)
 
+    def observe_contention(self, factor: float) -> None:
+        self.state.contention = max(1.0, factor)
+
     def tbt_safety(self) -> float:
         """Fraction of a TBT target a capped step may fill, given recent estimate errors."""
         p = self.policy

@@ -42,6 +42,7 @@ class LaserState:
     last_tokens: int = 1  # tokens of the last step (the speeds' typical step)
     context: int = 0  # context tokens the last step read
     other_load: float = 0.0  # EWMA: fraction of the token budget hot and warm used
+    contention: float = 1.0  # CPU contention factor the engine measured (1: none)
 
     def forget(self, seq: Sequence) -> None:
         """A finished sequence leaves every per-sequence mark."""

@@ -5,6 +5,10 @@ one. Framing details against a scripted engine are in ``test_rest_framing.py``."
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -19,8 +23,8 @@ def key(contracted) -> str:
     return contracted()[2]  # hot, warm and cold contracts; the key defaults to hot
 
 
-def _client(server, key: str, cls=openai.OpenAI):
-    return cls(base_url=f"{server.url}/v1", api_key=key, max_retries=0, timeout=60)
+def _client(server, key: str, cls=openai.OpenAI, timeout: float = 60):
+    return cls(base_url=f"{server.url}/v1", api_key=key, max_retries=0, timeout=timeout)
 
 
 def _records():
@@ -172,7 +176,8 @@ def _round(server, key: str, size: int) -> list[Result]:
             return type(exc).__name__, None, None, None
 
     async def burst() -> list:
-        client = _client(server, key, openai.AsyncOpenAI)
+        # a slowed host serves the burst slowly; slow is not what this asks
+        client = _client(server, key, openai.AsyncOpenAI, timeout=300)
         try:
             return await asyncio.gather(*(one(client, i) for i in range(size)))
         finally:
@@ -181,13 +186,28 @@ def _round(server, key: str, size: int) -> list[Result]:
     return asyncio.run(burst())
 
 
+@pytest.fixture
+def cpu_neighbours() -> Iterator[None]:
+    """A busy loop in another process on every core this process may use but one: a shared
+    host's noisy neighbour, which the engine must feel (and not mistake for overload)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(max(1, len(os.sched_getaffinity(0)) - 1))]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_burst_of_hot_chats_is_served_or_demoted_never_refused(laser_server, smollm2_engine,
-                                                                  key):
-    """Issue 23: 16, then 32 simultaneous chats from one hot key on an idle server: every one
-    answered (no 503, no 429); a request the engine could not start within its hot target is
-    demoted to warm and says so (``service_tier: "default"``; the SLO record shows warm)."""
+                                                                  key, cpu_neighbours):
+    """Issue 23: 16, then 32 simultaneous chats from one hot key: every one answered (no 503,
+    no 429); a request the engine could not start within its hot target is demoted to warm
+    and says so (``service_tier: "default"``; the SLO record shows warm). Issue 41: with a
+    busy loop on every core but one beside the server (CI on a shared host refused several)."""
     for size in (16, 32):
         results = _round(laser_server, key, size)
         records = _records()[-size:]
@@ -205,4 +225,7 @@ def test_a_burst_of_hot_chats_is_served_or_demoted_never_refused(laser_server, s
         headers = [(header, first) for _, header, _, first in results]
         assert all((header == "warm") == (first == "default") for header, first in headers), \
             headers
-        print(summary)  # noqa: T201 (shown with -s: the count of this run)
+        contention = smollm2_engine.stats_now().cpu_contention
+        print(f"{summary}; CPU contention {contention:.1f}x")  # noqa: T201 (shown with -s)
+    # the neighbours were felt: the engine's threads waited for cores
+    assert smollm2_engine.stats_now().cpu_contention > 1.1

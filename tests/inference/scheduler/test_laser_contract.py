@@ -139,6 +139,23 @@ def test_refuses_only_when_warm_backlog_is_past_its_bound():
     sched.add(hot("ok", 200, 0.3, warm_ttft=10.0), 0.0)  # served as warm instead
 
 
+@pytest.mark.parametrize("contention, refused", [(1.0, True), (1.2, True), (4.0, False)])
+def test_the_backlog_is_priced_at_the_machines_own_speed(contention, refused):
+    # issue 41: a busy neighbour slows every step the cost model learns from; the engine
+    # reports how much (``observe_contention``) and the refusal discounts it
+    sched = laser(max_num_batched_tokens=64, long_prefill_chunk=64, max_num_seqs=256)
+    for i in range(12):
+        sched.add(hot(f"c{i}", 200, 0.3, max_tokens=4, warm_ttft=10.0), 0.0)
+    sched.observe_contention(contention)
+    late = hot("late", 300, 0.3, warm_ttft=1.0)
+    if refused:
+        with pytest.raises(EngineOverloaded, match="warm backlog"):
+            sched.add(late, 0.0)
+    else:
+        sched.add(late, 0.0)
+        assert "late-0" in sched.seqs
+
+
 def test_excess_is_refused_before_in_contract_work():
     sched = laser(max_num_batched_tokens=64, long_prefill_chunk=64, max_num_seqs=256)
     for i in range(12):  # queued as warm: excess, so only excess newcomers queue behind them
