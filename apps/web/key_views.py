@@ -12,7 +12,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.core.tiers import CHOICES
+from apps.slo.selectors import contracts_for_tenant
 from apps.tenants.models import ApiKey
+from apps.tenants.plans import tenant_limits
 from apps.tenants.selectors import api_keys_for_tenant
 from apps.tenants.services import api_key_create, api_key_revoke
 from apps.web.access import can_manage_keys, tenant_page
@@ -26,12 +28,17 @@ def _page(request: HttpRequest, *, created: ApiKey | None = None, secret: str = 
     tenant = request.tenant
     setup = chat_setup(tenant)
     base_url = request.build_absolute_uri("/v1")
+    keys = api_keys_for_tenant(tenant=tenant)
+    contracts = {c.tier: c for c in contracts_for_tenant(tenant=tenant)}
+    for key in keys:  # the limits a key draws on: its default tier's contract
+        key.limits = contracts.get(key.default_tier)
     context = {
-        "section": "keys", "keys": api_keys_for_tenant(tenant=tenant),
+        "section": "keys", "keys": keys,
         "can_manage": can_manage_keys(request.user, tenant),
         "tiers": [(t, label) for t, label in CHOICES if t in setup.tiers],
         "created": created, "secret": secret, "errors": errors or {},
         "base_url": base_url, "model": setup.models[0], "form": {} if created else request.POST,
+        "plan": tenant_limits(tenant),
     }
     return render(request, "web/keys.html", context, status=status)
 

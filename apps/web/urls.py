@@ -10,6 +10,7 @@ from apps.web import (
     key_views,
     onboarding,
     password_views,
+    usage_views,
     views,
 )
 
@@ -30,6 +31,8 @@ urlpatterns = [
          name="web-conversation-rename"),
     path("chat/<str:conversation_id>/delete", conversation_views.delete,
          name="web-conversation-delete"),
+    path("usage/", usage_views.usage, name="web-usage"),
+    path("usage.csv", usage_views.usage_csv, name="web-usage-csv"),
     path("keys/", key_views.keys, name="web-keys"),
     path("keys/create", key_views.key_create, name="web-key-create"),
     path("keys/<int:key_id>/revoke", key_views.key_revoke, name="web-key-revoke"),

@@ -232,6 +232,65 @@ def _batches(page, tmp_path: Path) -> None:
         f"doc-{i}" for i in range(20))
 
 
+USAGE_KEY = """
+from apps.slo.models import SLOContract
+from apps.slo.services import contract_update
+from apps.tenants.models import Tenant
+from apps.tenants.services import api_key_create
+demo = Tenant.objects.get(slug="demo")
+contract_update(contract=SLOContract.objects.get(tenant=demo, tier="warm"), requests_per_min=2,
+                beyond_plan=True)
+print(api_key_create(tenant=demo, name="usage-run", default_tier="warm")[1])
+"""
+# Today's books of the demo tenant, straight from the request records (not the page's code).
+USAGE_TRUTH = """
+import datetime as dt, json
+from apps.slo.models import RequestRecord
+start = dt.datetime.combine(dt.datetime.now(dt.UTC).date(), dt.time(), tzinfo=dt.UTC)
+books = RequestRecord.objects.filter(tenant__slug="demo", finished_at__gte=start)
+served = [r for r in books.select_related("api_key") if r.outcome not in ("rejected_429",
+                                                                          "rejected_400")]
+keys = {}
+for r in served:
+    if r.api_key:
+        keys.setdefault(r.api_key.prefix, [0, 0])
+        keys[r.api_key.prefix][0] += 1
+        keys[r.api_key.prefix][1] += r.prompt_tokens + r.completion_tokens
+print(json.dumps({"requests": len(served),
+                  "tokens": sum(r.prompt_tokens + r.completion_tokens for r in served),
+                  "excess": sum(1 for r in served if not r.in_contract),
+                  "rejected_429": books.filter(outcome="rejected_429").count(), "keys": keys}))
+"""
+
+
+def _usage(page, stack) -> None:
+    """A scripted run (9 quick warm requests on a 2 rpm contract: some in contract, some excess,
+    some 429), then today's usage page shows exactly what the request records hold."""
+    secret = stack.manage("shell", "-c", USAGE_KEY).strip().splitlines()[-1]
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=secret, max_retries=0,
+                           timeout=120)
+    for _ in range(9):
+        try:
+            client.chat.completions.create(model="smollm2-135m-instruct", max_tokens=4,
+                                           messages=[{"role": "user", "content": "Hi"}])
+        except openai.RateLimitError:
+            pass
+    truth, before = None, {}
+    while truth != before:  # until the server has booked every record
+        before, truth = truth, json.loads(stack.manage("shell", "-c", USAGE_TRUTH).splitlines()[-1])
+    assert truth["rejected_429"] >= 1 and truth["excess"] >= 1, truth
+    page.goto(f"{stack.url}/usage/?days=1")
+    shown = {name: int(page.locator(f"[data-total={name}]").inner_text())
+             for name in ("requests", "tokens", "excess", "rejected_429")}
+    assert shown == {k: truth[k] for k in shown}, (shown, truth)
+    for prefix, (requests, tokens) in truth["keys"].items():
+        row = page.locator(f"#usage-keys tr[data-key='{prefix}']")
+        assert int(row.locator("[data-col=requests]").inner_text()) == requests
+        assert int(row.locator("[data-col=tokens]").inner_text()) == tokens
+    assert page.evaluate("() => Chart.getChart('chart-tokens').data.datasets.length") == 3
+    _shoot(page, "usage")
+
+
 def _member_reads_keys_only(browser, url: str) -> None:
     page = _sign_in(browser, url, "bob", DESKTOP)
     page.goto(f"{url}/keys/")
@@ -251,7 +310,8 @@ def _member_reads_keys_only(browser, url: str) -> None:
 def _phone_and_dashboard(browser, url: str) -> None:
     page = _sign_in(browser, url, "ada", PHONE)
     for name, path in (("chat", "/chat/"), ("keys", "/keys/"), ("batches", "/batches/"),
-                       ("start", "/start/"), ("guide", "/docs/batches.md")):
+                       ("start", "/start/"), ("usage", "/usage/"),
+                       ("guide", "/docs/batches.md")):
         page.goto(f"{url}{path}")
         if path == "/chat/" and os.environ.get("LASER_SCREENSHOTS") == "1":
             _connected(page)
@@ -284,6 +344,7 @@ def test_web_app_in_chromium(tmp_path):
             _isolated(browser, stack.url, conversation)
             _keys(page, stack.url)
             _batches(page, tmp_path)
+            _usage(page, stack)
             page.click("nav >> text=Dashboard")
             page.wait_for_selector(".card")
             _shoot(page, "dashboard")
