@@ -45,6 +45,7 @@ from apps.batches.models import RUNNING_STATUSES, Batch, BatchLine, LineStatus
 from apps.batches.rendering import error_for, response_body
 from apps.batches.services import batch_touch
 from apps.core.errors import APIError
+from apps.core.request_id import bind
 from apps.core.tiers import Tier
 from apps.gateway.serving import CHAT, COMPLETIONS, Caller, Served, retryable, serve
 from inference.errors import EngineUnavailable
@@ -179,6 +180,7 @@ class ChunkRunner:
 
     async def _complete(self, line: BatchLine) -> Served:
         """Serve one line to its end; the caller writes it, then closes (books) the Served."""
+        bind(line.request_id)  # this task's: a fault is logged and answered with the line's id
         served = await serve(
             caller=self.caller, kind=KINDS[self.batch.endpoint], body=line.body,
             endpoint=self.batch.endpoint, tier=Tier.COLD, request_id=line.request_id,

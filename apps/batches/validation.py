@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from apps.core.errors import APIError
-from apps.core.jsonbody import loads_bounded
+from apps.core.jsonbody import BadText, loads_bounded
 from apps.gateway.serving import parse_chat_request, parse_completion_request
 
 ENDPOINTS: dict[str, Callable[..., Any]] = {
@@ -59,8 +59,7 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
         if name not in row:
             return _error("missing_required_parameter", f"Missing '{name}'.", line_no, name)
     custom_id = row["custom_id"]
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID \
-            or "\x00" in custom_id:
+    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
         return _error("invalid_custom_id",
                       f"'custom_id' must be a non-empty string of at most {MAX_CUSTOM_ID} "
                       "characters.", line_no, "custom_id")
@@ -72,25 +71,7 @@ def _check_envelope(row: Any, line_no: int, endpoint: str) -> dict | None:
                       line_no, "url")
     if not isinstance(row["body"], dict):
         return _error("invalid_body", "'body' must be a JSON object.", line_no, "body")
-    if _has_nul(row["body"]):  # PostgreSQL's jsonb cannot hold it
-        return _error("invalid_body", "'body' contains U+0000 (NUL), which batch input cannot "
-                      "hold.", line_no, "body")
     return None
-
-
-def _has_nul(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _refusal(body: dict, endpoint: str, *, tenant: Any, contract: Any) -> APIError | None:
@@ -102,9 +83,16 @@ def _refusal(body: dict, endpoint: str, *, tenant: Any, contract: Any) -> APIErr
 
 
 def _parse_line(raw: bytes, line_no: int) -> tuple[Any, dict | None]:
-    """The JSON value of one line, or the file-level error saying why it has none."""
+    """The JSON value of one line, or the file-level error saying why it has none. Lines are
+    stored (PostgreSQL's jsonb): a lone surrogate or a NUL anywhere fails the file, naming
+    the field."""
     try:
-        return loads_bounded(raw.decode("utf-8")), None
+        return loads_bounded(raw.decode("utf-8"), nul_ok=False), None
+    except BadText as exc:
+        field = exc.param.split(".", 1)[0].split("[", 1)[0]
+        code = {"custom_id": "invalid_custom_id", "body": "invalid_body"}.get(field,
+                                                                             "invalid_json_line")
+        return None, _error(code, f"{exc}.", line_no, exc.param)
     except UnicodeDecodeError:
         return None, _error("invalid_file", "The file is not UTF-8 text.", line_no)
     except ValueError as exc:  # malformed, or nested past LASER_MAX_JSON_DEPTH

@@ -20,9 +20,10 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from apps.core.request_id import HEADER, request_id_for
+from apps.core.request_id import HEADER, current, request_id_for
 
 logger = logging.getLogger(__name__)
+fault_logger = logging.getLogger("laser.errors")  # every 500, with its traceback and request id
 
 API_PATH_PREFIXES = ("/v1/", "/api/")
 MISSING_KEY = (
@@ -124,6 +125,22 @@ class RateLimitError(APIError):
 
 class ServerError(APIError):
     status, type = 500, "server_error"
+
+
+def server_error_message(rid: str) -> str:
+    return ("The server had an error processing your request. If it persists, report the "
+            f"request ID {rid}.")
+
+
+def server_error(exc: BaseException, *, where: str, message: str | None = None,
+                 code: str | None = None) -> ServerError:
+    """The 500 for a fault of ours (``exc``), logged once here with its traceback and the
+    current request id (``apps.core.request_id``), which the client's message names too."""
+    rid = current()
+    fault_logger.error("unhandled %s in %s (request %s)", type(exc).__name__, where, rid,
+                       exc_info=exc)
+    text = f"{message} (request ID {rid})." if message else server_error_message(rid)
+    return ServerError(text, code=code, headers={HEADER: rid})
 
 
 class EngineOverloadedError(APIError):
@@ -255,9 +272,7 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
 def handler500(request: HttpRequest) -> HttpResponse:
     if _is_api_request(request):
         rid = request_id_for(request)
-        message = ("The server had an error processing your request. If it persists, report "
-                   f"the request ID {rid}.")
-        return json_error_response(ServerError(message, headers={HEADER: rid}))
+        return json_error_response(ServerError(server_error_message(rid), headers={HEADER: rid}))
     from django.views.defaults import server_error
 
     return server_error(request)

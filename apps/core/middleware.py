@@ -13,7 +13,6 @@ happen while a streaming body is sent never reach it; those paths log on their o
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -22,10 +21,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.middleware import clickjacking, common, security
 
-from apps.core.errors import handler500
+from apps.core.errors import fault_logger, handler500
 from apps.core.request_id import HEADER, request_id_for
-
-logger = logging.getLogger("laser.errors")
 
 # Django answers these itself with a 400, 403 or 404: not a fault of ours.
 CLIENT_FAULTS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
@@ -62,8 +59,8 @@ class RequestIdMiddleware:
         if isinstance(exception, CLIENT_FAULTS):
             return None
         rid = request_id_for(request)
-        logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
-                     request.method, request.path, rid, exc_info=exception)
+        fault_logger.error("unhandled %s in %s %s (request %s)", type(exception).__name__,
+                           request.method, request.path, rid, exc_info=exception)
         return handler500(request)
 
 

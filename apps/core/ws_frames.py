@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from apps.core.errors import BadRequestError, RequestTooLargeError
-from apps.core.jsonbody import JSONTooDeep, _refuse_constant, loads_bounded
+from apps.core.jsonbody import parse_json
 
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 CLOSE_INTERNAL_ERROR = 1011  # RFC 6455: the server's own fault (logged with its traceback)
@@ -33,7 +33,8 @@ def _too_big(text: str, limit: int) -> bool:
 def decode_frame(text_data: str | None, bytes_data: bytes | None) -> Any:
     """The JSON value of one incoming frame. Raises ``MessageTooBig`` past the size limit and
     ``BadRequestError`` (``invalid_json``) for a binary frame, an empty one, malformed JSON or
-    JSON nested deeper than ``LASER_MAX_JSON_DEPTH``."""
+    JSON nested deeper than ``LASER_MAX_JSON_DEPTH``, (``invalid_value``) for a string that is
+    not Unicode text."""
     limit = settings.LASER_WS_MAX_MESSAGE_BYTES
     if text_data is None:
         if bytes_data is not None and len(bytes_data) > limit:
@@ -42,11 +43,5 @@ def decode_frame(text_data: str | None, bytes_data: bytes | None) -> Any:
                               code="invalid_json")
     if _too_big(text_data, limit):
         raise MessageTooBig(f"The message exceeds the limit of {limit} bytes.")
-    try:
-        return loads_bounded(text_data, parse_constant=_refuse_constant)
-    except JSONTooDeep as exc:
-        raise BadRequestError(f"The message is {exc}.", code="invalid_json") from exc
-    except ValueError as exc:
-        raise BadRequestError(f"The message is not valid JSON: {exc}.",
-                              code="invalid_json") from exc
+    return parse_json(text_data, what="The message")
 

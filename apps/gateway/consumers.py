@@ -29,7 +29,8 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.core.errors import APIError, BadRequestError, ServerError
+from apps.core.errors import APIError, BadRequestError, server_error
+from apps.core.request_id import bind, new_request_id
 from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
@@ -47,6 +48,7 @@ KEY_PREFIX = "key."
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_SLOW_READER = 4008
 CLOSE_TOO_MANY = 4429  # past the key's open-socket cap (LASER_KEY_MAX_SOCKETS)
+MAX_SESSION_ID = 128
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -88,6 +90,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # ---- in -----------------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
+        bind(new_request_id())  # this message's, inherited by the turn it starts
         try:
             content = decode_frame(text_data, bytes_data)
         except MessageTooBig as exc:
@@ -101,9 +104,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             await self.receive_json(content)
-        except Exception:
-            logger.exception("websocket message failed; closing with %d", CLOSE_INTERNAL_ERROR)
-            error = ServerError("The server had an error processing your message.")
+        except Exception as exc:  # logged there; the socket closes with 1011
+            error = server_error(exc, where="a /ws/chat/ message")
             await self._shut(CLOSE_INTERNAL_ERROR, {"type": "error", **error.body()})
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -117,7 +119,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if kind == "chat":
             await self._chat(content)
         elif kind == "cancel":
-            session = self.sessions.get(str(content.get("session_id", "")))
+            session_id = content.get("session_id")
+            session = self.sessions.get(session_id) if isinstance(session_id, str) else None
             if session is not None and session.task is not None:
                 session.task.cancel()
         elif kind == "ping":
@@ -139,9 +142,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return session
 
     async def _chat(self, content: dict) -> None:
-        session_id = str(content.get("session_id") or "default")
+        session_id = content.get("session_id") or "default"
         params = content.get("params") or {}
         try:
+            if not isinstance(session_id, str) or len(session_id) > MAX_SESSION_ID:
+                session_id = None
+                raise BadRequestError(f"'session_id' must be a string of at most "
+                                      f"{MAX_SESSION_ID} characters.", param="session_id")
             if not isinstance(params, dict):
                 raise BadRequestError("'params' must be an object.", param="params")
             session = self._session(session_id)
@@ -159,6 +166,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         assert self.caller is not None
         try:
             error = await run_turn(session, params, caller=self.caller, emit=self.emit)
+        except Exception as exc:  # a fault of ours: logged there, answered as this turn's error
+            error = server_error(exc, where="a /ws/chat/ turn")
         finally:
             session.task = None
         if error is None:

@@ -1,8 +1,10 @@
-"""The engine's typed errors as API errors: the one mapping, used by REST, SSE and WebSocket."""
+"""The engine's typed errors as API errors: the one mapping, used by REST, SSE, WebSocket and
+batch lines. Anything else is a fault of ours: a 500, logged with its traceback and request id
+(``apps.core.errors.server_error``)."""
 
 from __future__ import annotations
 
-from apps.core.errors import APIError, EngineOverloadedError, ServerError
+from apps.core.errors import APIError, EngineOverloadedError, server_error
 from inference.errors import (
     AdmissionRefused,
     EngineError,
@@ -55,5 +57,6 @@ def api_error(exc: BaseException, *, max_tokens_param: str = "max_tokens") -> AP
         return EngineOverloadedError(f"The engine is unavailable: {exc}.", retry_after=1.0,
                                      code="engine_unavailable")
     if isinstance(exc, EngineError):
-        return ServerError(f"The engine failed: {exc}.", code="engine_error")
-    return ServerError("The server had an error processing your request.")
+        return server_error(exc, where="the engine", message=f"The engine failed: {exc}",
+                            code="engine_error")
+    return server_error(exc, where="the serving path")

@@ -6,7 +6,6 @@ a 500.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from apps.core.errors import (
     RequestTooLargeError,
     UnsupportedMediaTypeError,
 )
+from apps.core.jsonbody import parse_json
 from apps.tenants.selectors import aapi_key_resolve, key_from_headers
 
 
@@ -33,7 +33,8 @@ def require_post(request: HttpRequest) -> None:
 
 def read_json_object(request: HttpRequest) -> dict[str, Any]:
     """The body as a JSON object; 415 for another content type, 413 past the size limit, 400
-    for malformed JSON or a non-object."""
+    for malformed, too deep or non-object JSON and for a string that is not Unicode text
+    (``apps.core.jsonbody``)."""
     content_type = request.content_type or ""
     if content_type != "application/json":
         raise UnsupportedMediaTypeError(
@@ -45,11 +46,7 @@ def read_json_object(request: HttpRequest) -> dict[str, Any]:
     raw = request.read(limit + 1)
     if len(raw) > limit:
         raise RequestTooLargeError(f"The request body exceeds {limit} bytes.")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequestError(f"The request body is not valid JSON: {exc}.",
-                              code="invalid_json") from exc
+    body = parse_json(raw)  # chat text is not stored: a NUL may pass, a lone surrogate not
     if not isinstance(body, dict):
         raise BadRequestError("The request body must be a JSON object.", code="invalid_json")
     return body

@@ -11,25 +11,20 @@ goes away, which closes the ``Served`` and aborts the engine request.
 
 from __future__ import annotations
 
-import logging
-
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from apps.core.errors import APIError, json_error_response
+from apps.core.request_id import request_id_set
 from apps.core.tiers import Tier
 from apps.gateway import admission, http, serving, sse
 from apps.gateway.engine_errors import api_error
 from apps.gateway.responses import completion_body
 from apps.gateway.slots import Caller
 
-logger = logging.getLogger(__name__)
-
 
 def error_response(exc: BaseException) -> HttpResponse:
-    if not isinstance(exc, APIError):
-        logger.exception("unexpected error in the gateway", exc_info=exc)
-    return json_error_response(api_error(exc))
+    return json_error_response(api_error(exc))  # a fault of ours is logged there
 
 
 async def handle(request: HttpRequest, kind: str) -> HttpResponseBase:
@@ -49,6 +44,7 @@ async def handle(request: HttpRequest, kind: str) -> HttpResponseBase:
         served = await serving.serve(caller=caller, kind=kind, body=body, endpoint=endpoint)
     except APIError as exc:
         return error_response(exc)
+    request_id_set(request, served.request_id)  # the id its header, errors and logs name
     if served.parsed is not None and served.parsed.stream:
         if served.parsed.tier == Tier.HOT:  # bounded: served, demoted or refused soon
             try:

@@ -30,7 +30,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.core.errors import APIError, BadRequestError, ServerError
+from apps.core.errors import APIError, BadRequestError, server_error
+from apps.core.request_id import bind, new_request_id
 from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
@@ -93,6 +94,7 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
+        bind(new_request_id())  # this message's, inherited by the turn it starts
         try:
             content = decode_frame(text_data, bytes_data)
         except MessageTooBig as exc:
@@ -104,9 +106,8 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             await self.receive_json(content)
-        except Exception:
-            logger.exception("web chat message failed; closing with %d", CLOSE_INTERNAL_ERROR)
-            self._error(ServerError("The server had an error processing your message."))
+        except Exception as exc:  # logged there; the socket closes with 1011
+            self._error(server_error(exc, where="a /ws/app/chat/ message"))
             await self._shut(CLOSE_INTERNAL_ERROR)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -176,6 +177,8 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
                 self.emit(done)
         except asyncio.CancelledError:
             self.emit({"type": "stopped"})
+        except Exception as exc:  # a fault of ours: logged there, answered as this turn's error
+            self._error(server_error(exc, where="a /ws/app/chat/ turn"))
         finally:
             self.turn = None
 

@@ -60,6 +60,24 @@ def contracted(tenant_factory: Callable[..., Any], api_key_factory: Callable[...
     return make
 
 
+@pytest.fixture
+def fake() -> Any:
+    """A scripted engine (``fakes.FakeEngine``) installed as the process's engine client."""
+    from apps.gateway import engine_client
+    from tests.apps.gateway.fakes import FakeEngine
+
+    fake = FakeEngine()
+    old = engine_client.set_engine_client(fake)
+    yield fake
+    engine_client.set_engine_client(old)
+
+
+@pytest.fixture
+def key(contracted: Callable[..., Any]) -> str:
+    """The plaintext of a key whose tenant holds hot, warm and cold contracts."""
+    return contracted()[2]
+
+
 # ---- live server (tests/apps/gateway/live.py) ------------------------------------------------
 
 

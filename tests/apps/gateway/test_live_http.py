@@ -59,6 +59,11 @@ BAD = [
      "messages[0].role"),
     ("no model", "POST", JSON, json.dumps({"messages": HI}).encode(), 400, "model"),
     ("an unknown model", "POST", JSON, _chat(model="gpt-4o"), 404, "model"),
+    # issue 41: the tokeniser raised UnicodeEncodeError (500), json.loads RecursionError (500)
+    ("a lone surrogate", "POST", JSON, _chat(messages=[{"role": "user", "content": "\ud800"}]),
+     400, "messages[0].content"),
+    ("JSON nested 1,000 deep", "POST", JSON,
+     b'{"model": "m", "messages": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, None),
 ]
 
 
