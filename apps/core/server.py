@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from django.conf import settings
@@ -58,6 +59,19 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+def uvicorn_config(app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's config for Laser: no lifespan (Django's ASGI handler has none; components are
+    started by ``serve``), frames capped at ``LASER_WS_MAX_MESSAGE_BYTES`` (bigger ones: 1009,
+    unassembled), and the client's address taken from ``X-Forwarded-For`` only on connections
+    from ``LASER_TRUSTED_PROXIES``. uvicorn's own default trusts 127.0.0.1, so any local
+    process, or a client reaching a port shared with one, could name its address and walk
+    around the login lockout."""
+    trusted = settings.LASER_TRUSTED_PROXIES
+    return uvicorn.Config(app, lifespan="off", ws_max_size=settings.LASER_WS_MAX_MESSAGE_BYTES,
+                          proxy_headers=bool(trusted), forwarded_allow_ips=list(trusted) or None,
+                          **options)
+
+
 def serve(
     *,
     host: str = "127.0.0.1",
@@ -74,15 +88,8 @@ def serve(
     it closes its listener. ``port=0`` picks a free port; ``on_listening`` receives the base
     URL once bound. Returns the components whose stop raised (empty on a clean shutdown).
     """
-    config = uvicorn.Config(
-        ASGI_APP,
-        host=host,
-        port=port,
-        lifespan="off",  # Django's ASGI handler has no lifespan; components are started here
-        ws_max_size=settings.LASER_WS_MAX_MESSAGE_BYTES,  # bigger frames: 1009, unassembled
-        timeout_graceful_shutdown=drain_timeout,
-        log_level=log_level,
-    )
+    config = uvicorn_config(ASGI_APP, host=host, port=port,
+                            timeout_graceful_shutdown=drain_timeout, log_level=log_level)
     server = DrainingServer(config, registry, drain_accept_s)
     registry.start_all()
     try:

@@ -6,6 +6,7 @@ later as a confusing error deep inside a request.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -61,6 +62,15 @@ def env(
             f"Environment variable {name}={raw!r} must be one of {sorted(choices)}"
         )
     return value
+
+
+def proxy_list(raw: str) -> list[str]:
+    """Comma-separated proxy addresses or networks (``10.0.0.0/8``), or ``*`` for any."""
+    items = _to_list(raw)
+    for item in items:
+        if item != "*":
+            ipaddress.ip_network(item, strict=False)  # ValueError names the bad entry
+    return items
 
 
 def env_required(name: str, cast: Callable[[str], Any] = str) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from laser_platform.settings._env import BASE_DIR, VAR_DIR, env  # noqa: F401 (settings)
+from laser_platform.settings._env import BASE_DIR, VAR_DIR, env, proxy_list  # noqa: F401
 from laser_platform.settings.celery import *  # noqa: F403
 from laser_platform.settings.channels import *  # noqa: F403
 from laser_platform.settings.database import *  # noqa: F403
@@ -65,13 +65,18 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# Login throttling (django-axes) for every login, since every login page (admin, dashboard)
-# goes through django.contrib.auth.authenticate. LASER_LOGIN_FAILURE_LIMIT failed attempts for
-# one username from one IP lock that pair out for LASER_LOGIN_LOCKOUT_MINUTES (429 with the
-# message below); platform staff unlock early by deleting the access attempt in the admin
-# ("Axes" > "Access attempts") or with `manage.py axes_reset_username USERNAME`. The IP is
-# REMOTE_ADDR: behind a proxy, have it pass the client's address (e.g. uvicorn
-# --proxy-headers).
+# Client addresses: uvicorn (manage.py serve) takes X-Forwarded-For / X-Forwarded-Proto only on
+# connections from these proxies (addresses or networks, "*" for any); none by default, so
+# REMOTE_ADDR is the connection's. Set it to the reverse proxy's address behind one (README).
+LASER_TRUSTED_PROXIES: list[str] = env("LASER_TRUSTED_PROXIES", [], proxy_list)
+
+# Login throttling for every login (admin, dashboard): apps/tenants/lockout.py. django-axes
+# locks one (username, address) pair after LASER_LOGIN_FAILURE_LIMIT failures for
+# LASER_LOGIN_LOCKOUT_MINUTES (429, a page saying so); per user, at most
+# LASER_LOGIN_USER_FAILURE_LIMIT failures per LASER_LOGIN_USER_WINDOW_S from addresses the user
+# never signed in from, then such logins wait for the window's end (429 + Retry-After). Staff
+# unlock a pair early in the admin ("Axes" > "Access attempts") or with
+# `manage.py axes_reset_username USERNAME`. The address is REMOTE_ADDR only.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -81,6 +86,11 @@ AXES_COOLOFF_TIME = timedelta(minutes=env("LASER_LOGIN_LOCKOUT_MINUTES", 60.0, f
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "core/login_locked.html"
+AXES_HANDLER = "apps.tenants.lockout.LoginHandler"
+AXES_CLIENT_IP_CALLABLE = "apps.tenants.lockout.client_address"
+AXES_LOCKOUT_CALLABLE = "apps.tenants.lockout.lockout_response"
+LASER_LOGIN_USER_FAILURE_LIMIT: int = env("LASER_LOGIN_USER_FAILURE_LIMIT", 10, int)
+LASER_LOGIN_USER_WINDOW_S: int = env("LASER_LOGIN_USER_WINDOW_S", 900, int)
 
 ROOT_URLCONF = "laser_platform.urls"
 ASGI_APPLICATION = "laser_platform.asgi.application"

@@ -62,11 +62,12 @@ def start_engine(model: str | None, **overrides: Any) -> Any:
 class LiveServer:
     """``start()`` -> base URL; ``stop()`` asks uvicorn to exit and joins its thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: uvicorn.Config | None = None) -> None:
         from laser_platform.asgi import application
 
-        self.config = uvicorn.Config(application, host="127.0.0.1", port=0, lifespan="off",
-                                     log_level="warning", timeout_graceful_shutdown=2)
+        self.config = config or uvicorn.Config(application, host="127.0.0.1", port=0,
+                                               lifespan="off", log_level="warning",
+                                               timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(self.config)
         self.thread: threading.Thread | None = None
         self.url = ""
