@@ -46,19 +46,31 @@ def tenant_storage_used(*, tenant: Tenant) -> int:
     return rows.aggregate(used=Sum("bytes"))["used"] or 0
 
 
-def storage_quota_check(*, tenant: Tenant, size: int) -> None:
+def storage_quota_check(*, tenant: Tenant, size: int, what: str = "") -> None:
     """400 ``storage_quota_exceeded`` when ``size`` more bytes would pass the tenant's quota
-    (its plan's ``max_storage_bytes``)."""
+    (its plan's ``max_storage_bytes``); the message states the bytes in use, the quota and
+    ``what`` is being added."""
     from apps.tenants.plans import tenant_limits
 
     quota = tenant_limits(tenant).max_storage_bytes
     used = tenant_storage_used(tenant=tenant)
     if used + size > quota:
+        what = what or f"This file ({size} bytes)"
         raise BadRequestError(
-            f"This upload ({size} bytes) would exceed your file storage quota: {used} of "
-            f"{quota} bytes are in use. Delete files you no longer need (DELETE /v1/files/"
-            "{file_id}) or wait for them to expire.", param="file",
-            code="storage_quota_exceeded")
+            f"{what} would exceed your file storage quota: {used} of {quota} "
+            f"bytes are in use ({max(0, quota - used)} free; batch output and error files "
+            "count). Delete files you no longer need (DELETE /v1/files/{file_id}) or wait for "
+            "them to expire.", param="file", code="storage_quota_exceeded")
+
+
+def batch_room_check(*, tenant: Tenant, input_bytes: int) -> None:
+    """400 ``storage_quota_exceeded`` before a batch runs when the tenant's files leave no room
+    for its results: a batch starts only while the files in use plus its input's size are
+    within the quota. Its output and error files are then always written, even past the quota
+    (the headroom of docs/batches.md): results are never dropped for a full quota."""
+    storage_quota_check(tenant=tenant, size=input_bytes,
+                        what=f"This batch's results (room for at least its input's "
+                             f"{input_bytes} bytes)")
 
 
 def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[bytes],
@@ -101,7 +113,8 @@ def file_create(*, tenant: Tenant, filename: str, content: bytes | Iterable[byte
 def output_file_create(*, tenant: Tenant, filename: str, lines: Iterable[bytes],
                        ttl_s: int) -> BatchFile:
     """A generated output or error file (purpose ``batch_output``), stored as ``lines``
-    arrive. Not held to the quota: a batch's results are never dropped."""
+    arrive. Counted against the quota but never refused by it: a batch's results are never
+    dropped (``batch_room_check`` refuses a batch before it runs instead)."""
     created = BatchFile.objects.create(
         tenant=tenant, filename=filename, purpose=BatchFile.Purpose.BATCH_OUTPUT, bytes=0,
         expires_at=timezone.now() + dt.timedelta(seconds=ttl_s))

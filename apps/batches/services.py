@@ -17,7 +17,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.batches import enqueue
-from apps.batches.files import expiry_seconds, file_get
+from apps.batches.files import batch_room_check, expiry_seconds, file_get
 from apps.batches.models import (
     Batch,
     BatchFile,
@@ -59,8 +59,9 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
     """Accept a batch (status ``validating``) and enqueue its validation.
 
     400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
-    promise, bad metadata; 404 for an input file the tenant does not have. ``created_by``:
-    the signed-in user who started it without a key (its lines run as that user).
+    promise, bad metadata, files leaving no room for its results (``batch_room_check``); 404
+    for an input file the tenant does not have. ``created_by``: the signed-in user who started
+    it without a key (its lines run as that user).
     """
     if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise BadRequestError(f"'endpoint' must be one of {sorted(ENDPOINTS)}.",
@@ -74,6 +75,7 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
                               param="input_file_id", code="invalid_value")
     contract = contract_for(tenant=tenant, tier=Tier.COLD)
     window_s = window_deadline_s(completion_window, contract=contract)
+    batch_room_check(tenant=tenant, input_bytes=input_file.bytes)
     now = timezone.now()
     batch = Batch.objects.create(
         tenant=tenant, api_key=api_key, created_by=created_by, input_file=input_file,

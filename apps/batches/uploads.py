@@ -40,5 +40,10 @@ def cap(request: Request, *, tenant: Any) -> None:
         if body > limit + FORM_OVERHEAD_BYTES:
             raise RequestTooLargeError(f"The upload is {body} bytes; files are limited to "
                                        f"{limit} bytes.", param="file")
-        storage_quota_check(tenant=tenant, size=max(0, body - FORM_OVERHEAD_BYTES))
+        # The file is at least the request less its form's framing; a small request is
+        # checked with the file's own size once it is read (``file_create``).
+        if body > FORM_OVERHEAD_BYTES:
+            storage_quota_check(tenant=tenant, size=body - FORM_OVERHEAD_BYTES,
+                                what=f"This upload (a {body}-byte request: a file of at "
+                                     f"least {body - FORM_OVERHEAD_BYTES} bytes)")
     request._request.upload_handlers = [CappedUpload(request._request, limit)]

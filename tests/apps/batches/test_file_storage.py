@@ -119,3 +119,39 @@ def test_output_files_are_written_while_their_lines_are_read(cold):
                                  ttl_s=3600)
     assert written_while_reading == [1, 2, 3]  # each part stored before the next is read
     assert created.bytes == 3 * PART_BYTES and created.parts.count() == 3
+
+
+def test_batch_results_count_against_the_quota_and_refusals_state_bytes(
+        api, cold, plan_for, queue, engine):
+    """Issue 41: output files were not counted, and the next refusal said "(0 bytes)". The
+    results of a running batch are still written past the quota (the documented headroom);
+    after that a batch is refused before it runs and an upload with the bytes stated."""
+    first = _upload(api, jsonl([chat_line(f"r{i}", "x" * 300, max_tokens=64)
+                                for i in range(5)]))
+    assert first.status_code == 200
+    quota = 2 * first.json()["bytes"] + 100  # room for the input and as much again
+    plan_for(cold.tenant, max_storage_bytes=quota)
+    batch = api.post("/v1/batches", {"input_file_id": first.json()["id"],
+                                     "endpoint": "/v1/chat/completions",
+                                     "completion_window": "24h"}, format="json")
+    assert batch.status_code == 200
+    queue.drain()
+    done = api.get(f"/v1/batches/{batch.json()['id']}").json()
+    assert done["status"] == "completed" and done["output_file_id"]
+    files = {f["id"]: f["bytes"] for f in api.get("/v1/files").json()["data"]}
+    used = sum(files.values())
+    assert used > quota and done["output_file_id"] in files  # the output counts
+    again = api.post("/v1/batches", {"input_file_id": first.json()["id"],
+                                     "endpoint": "/v1/chat/completions",
+                                     "completion_window": "24h"}, format="json")
+    assert again.status_code == 400, again.json()
+    error = again.json()["error"]
+    assert error["code"] == "storage_quota_exceeded"
+    assert f"{used} of {quota} bytes" in error["message"]
+    assert f"{first.json()['bytes']} bytes" in error["message"]
+    refused = _upload(api, b"tiny\n")
+    error = refused.json()["error"]
+    assert (refused.status_code, error["code"]) == (400, "storage_quota_exceeded")
+    assert "This file (5 bytes)" in error["message"]
+    assert f"{used} of {quota} bytes" in error["message"]
+    assert "(0 bytes)" not in error["message"]
