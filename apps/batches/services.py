@@ -10,14 +10,17 @@ there yet.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.batches import enqueue
-from apps.batches.files import batch_room_check, expiry_seconds, file_get
+from apps.batches.files import batch_room_check, expiry_seconds, file_get, output_file_create
 from apps.batches.models import (
     Batch,
     BatchFile,
@@ -55,8 +58,11 @@ def _check_metadata(metadata: Any) -> dict | None:
 
 def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, endpoint: Any,
                  completion_window: Any, metadata: Any = None,
-                 output_expires_after: Any = None, created_by: Any = None) -> Batch:
-    """Accept a batch (status ``validating``) and enqueue its validation.
+                 output_expires_after: Any = None, created_by: Any = None,
+                 validate_now: bool = False) -> Batch:
+    """Accept a batch (status ``validating``) and enqueue its validation; with
+    ``validate_now`` (the web page's upload) a file up to ``LASER_BATCH_INLINE_VALIDATE_BYTES``
+    is validated before this returns, so the caller can show its line errors at once.
 
     400 naming the parameter for an unknown endpoint, a window the tenant's cold contract cannot
     promise, bad metadata, files leaving no room for its results (``batch_room_check``); 404
@@ -87,8 +93,21 @@ def batch_create(*, tenant: Tenant, api_key: ApiKey | None, input_file_id: Any, 
         deadline_at=now + dt.timedelta(seconds=window_s), progress_at=now,
     )
     report_batch_state(batch)
-    enqueue.after_commit(enqueue.validate, batch.pk)
+    if validate_now and input_file.bytes <= settings.LASER_BATCH_INLINE_VALIDATE_BYTES:
+        transaction.on_commit(lambda: _validate_here(batch.pk))
+        transaction.on_commit(batch.refresh_from_db)
+    else:
+        enqueue.after_commit(enqueue.validate, batch.pk)
     return batch
+
+
+def _validate_here(batch_id: int) -> None:
+    """Validate in this process (after commit); on a failure the control queue does it."""
+    try:
+        batch_validate(batch_id=batch_id)
+    except Exception:
+        logger.exception("validating batch %s at upload failed; enqueued instead", batch_id)
+        enqueue.after_commit(enqueue.validate, batch_id)
 
 
 def batch_get(*, tenant: Tenant, batch_id: str) -> Batch:
@@ -133,9 +152,13 @@ def batch_validate(*, batch_id: int) -> Batch | None:
         why = "No cold contract." if present else "The input file was deleted."
         return _fail(batch, [{"code": "invalid_file", "message": why, "param": None,
                               "line": None}])
+    def progress(checked: int) -> None:  # request_counts.total counts the lines checked
+        Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+            request_counts=_counts(checked), progress_at=timezone.now())
+
     try:
         result = validate_input(content_lines(batch.input_file_id), endpoint=batch.endpoint,
-                                tenant=batch.tenant, contract=contract)
+                                tenant=batch.tenant, contract=contract, progress=progress)
     except DatabaseError:
         raise  # transient: the task fails and the sweep re-dispatches the batch
     except Exception:  # a bug must fail the batch visibly, not leave it validating for a day
@@ -148,11 +171,29 @@ def batch_validate(*, batch_id: int) -> Batch | None:
     return _start(batch, result.lines)
 
 
+def _counts(total: int) -> dict[str, int]:
+    return {"total": total, "completed": 0, "failed": 0}
+
+
+def _error_lines(errors: list[dict]) -> Iterator[bytes]:
+    """The error file of a batch that failed validation: one line per error, in the output
+    line shape (``error`` also names the input ``line`` and ``param``)."""
+    for error in errors:
+        yield json.dumps({"id": None, "custom_id": error.get("custom_id"), "response": None,
+                          "error": error}, separators=(",", ":")).encode() + b"\n"
+
+
 def _fail(batch: Batch, errors: list[dict]) -> Batch:
     now = timezone.now()
-    Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
-        status=BatchStatus.FAILED, failed_at=now, finished_at=now,
-        errors={"object": "list", "data": errors})
+    with transaction.atomic():
+        moved = Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
+            status=BatchStatus.FAILED, failed_at=now, finished_at=now, request_counts=_counts(0),
+            errors={"object": "list", "data": errors})
+        if moved:
+            error_file = output_file_create(
+                tenant=batch.tenant, filename=f"{batch.uid}_error.jsonl",
+                lines=_error_lines(errors), ttl_s=batch.output_expires_after_s)
+            Batch.objects.filter(pk=batch.pk).update(error_file=error_file)
     batch.refresh_from_db()
     if batch.status == BatchStatus.CANCELLING:
         enqueue.after_commit(enqueue.finalize, batch.pk)
@@ -177,7 +218,7 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
         BatchLine.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
         moved = Batch.objects.filter(pk=batch.pk, status=BatchStatus.VALIDATING).update(
             status=BatchStatus.IN_PROGRESS, in_progress_at=now, progress_at=now,
-            model=_model_of(lines))
+            model=_model_of(lines), request_counts=None)
     batch.refresh_from_db()
     for row in rows:
         if row.status == LineStatus.FAILED and moved:
@@ -185,7 +226,8 @@ def _start(batch: Batch, lines: list[InputLine]) -> Batch:
                         error_code=str(row.response["body"]["error"].get("code") or ""))
     report_batch_state(batch)
     if batch.status == BatchStatus.IN_PROGRESS:
-        batch_enqueue_chunks(batch=batch)
+        if moved:  # a second validation (a duplicate message) queues no second turn
+            batch_enqueue_chunks(batch=batch)
     else:  # cancelled while validating
         enqueue.after_commit(enqueue.finalize, batch.pk)
     return batch
@@ -216,8 +258,6 @@ def batch_enqueue_chunks(*, batch: Batch) -> int:
     ``LASER_BATCH_CHUNK_LINES`` lines of its range and enqueueing the rest behind the other
     batches (start, and resume after a restart); with no pending line, enqueue finalization.
     Returns the number of chunk tasks enqueued."""
-    from django.conf import settings
-
     pending = list(batch.lines.filter(status=LineStatus.PENDING)
                    .order_by("line_no").values_list("line_no", flat=True))
     ranges = split_ranges(pending, settings.LASER_BATCH_PARALLEL_TURNS)

@@ -26,6 +26,7 @@ ENDPOINTS: dict[str, Callable[..., Any]] = {
 MAX_CUSTOM_ID = 512
 # Enough for a person to fix a file; a file with a million bad lines needs no million errors.
 MAX_FILE_ERRORS = 100
+PROGRESS_EVERY = 200  # requests checked between two progress reports
 
 
 @dataclass(slots=True)
@@ -100,16 +101,21 @@ def _parse_line(raw: bytes, line_no: int) -> tuple[Any, dict | None]:
 
 
 def validate_input(content: bytes | Iterable[bytes], *, endpoint: str, tenant: Any,
-                   contract: Any) -> Validated:
+                   contract: Any, progress: Callable[[int], None] | None = None) -> Validated:
     """Check every line of ``content`` (the file, or its lines) for ``endpoint``; see the
     module docstring. Lines end at ``\n`` only: U+2028 and friends are valid inside JSON
-    strings, so ``str.splitlines`` would cut a good line in two."""
+    strings, so ``str.splitlines`` would cut a good line in two. ``progress(n)`` is called
+    every ``PROGRESS_EVERY`` requests checked."""
     result = Validated()
     lines = content.split(b"\n") if isinstance(content, bytes) else content
     seen: set[str] = set()
+    checked = 0
     for line_no, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
+        checked += 1
+        if progress is not None and checked % PROGRESS_EVERY == 0:
+            progress(checked)
         if len(result.errors) >= MAX_FILE_ERRORS:
             break
         row, problem = _parse_line(raw, line_no)

@@ -25,6 +25,7 @@ from apps.core.errors import APIError, NotFoundError
 from apps.web.access import is_member, tenant_page
 
 LIST_LIMIT = 20
+REASONS_SHOWN = 3  # a failed batch's first reasons in its row; all are in its error file
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
 
@@ -52,16 +53,25 @@ def _progress(tenant: Any) -> list[dict[str, Any]]:
         item.update(percent=round(100 * done / total) if total else (100 if finished else 0),
                     deadline_text=_time_left(item["expires_at"] - now, finished),
                     finished=finished, cancellable=item["status"] in CANCELLABLE)
+        item["reasons"] = _reasons(item)
         shown.append(item)
     return shown
 
 
+def _reasons(item: dict[str, Any]) -> dict[str, Any] | None:
+    """The first ``REASONS_SHOWN`` of a failed batch's errors and how many more there are."""
+    errors = (item.get("errors") or {}).get("data") or []
+    if not errors:
+        return None
+    return {"shown": errors[:REASONS_SHOWN], "more": max(0, len(errors) - REASONS_SHOWN)}
+
+
 def _page(request: HttpRequest, *, error: APIError | None = None, status: int = 200,
-          started: str = "", form: Any = None) -> HttpResponse:
+          started: str = "", form: Any = None, failed: dict | None = None) -> HttpResponse:
     context = {"section": "batches", "batches": _progress(request.tenant),
                "can_start": is_member(request.user, request.tenant),
                "endpoints": sorted(ENDPOINTS), "error": error, "started": started,
-               "form": request.POST if form is None else form}
+               "failed": failed, "form": request.POST if form is None else form}
     return render(request, "web/batches.html", context, status=status)
 
 
@@ -111,7 +121,10 @@ def _start(request: HttpRequest) -> HttpResponse:
                          content=upload.chunks(PART_BYTES), size=upload.size, purpose="batch")
     batch = batch_create(tenant=request.tenant, api_key=None, created_by=request.user,
                          input_file_id=stored.uid, endpoint=request.POST.get("endpoint"),
-                         completion_window=request.POST.get("completion_window", ""))
+                         completion_window=request.POST.get("completion_window", ""),
+                         validate_now=True)
+    if batch.status == "failed":  # validated at upload: say why, line by line
+        return _page(request, status=400, failed=batch_object(batch))
     return redirect(f"/batches/?started={batch.uid}")
 
 

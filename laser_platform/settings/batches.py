@@ -15,6 +15,10 @@ from laser_platform.settings._env import env
 # Upload limits. Files are stored in the database (see docs/batches.md for why).
 LASER_BATCH_MAX_FILE_BYTES: int = env("LASER_BATCH_MAX_FILE_BYTES", 64 * 1024 * 1024, int)
 LASER_BATCH_MAX_LINES: int = env("LASER_BATCH_MAX_LINES", 50_000, int)
+# The web page's upload validates a file up to this size before it answers, so its line errors
+# show at once; a larger file (and every POST /v1/batches) is validated on the control queue.
+LASER_BATCH_INLINE_VALIDATE_BYTES: int = env("LASER_BATCH_INLINE_VALIDATE_BYTES",
+                                             4 * 1024 * 1024, int)
 # Per-tenant file storage quota (uploads plus output/error files); an upload past it is a 400.
 LASER_FILE_STORAGE_MB: int = env("LASER_FILE_STORAGE_MB", 1024, int)
 # The longest completion_window accepted (OpenAI's only window is 24h).

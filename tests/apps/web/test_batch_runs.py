@@ -9,13 +9,23 @@ import json
 import pytest
 
 from tests.apps.batches.conftest import engine, queue  # noqa: F401 (fixtures)
-from tests.apps.web.test_pages import _upload
+from tests.apps.web.test_pages import _line, _upload
 
 pytestmark = pytest.mark.django_db
 
 
-def test_a_batch_started_in_the_app_runs_as_its_user(world, queue, engine):  # noqa: F811
-    assert _upload(world.member, lines=3).status_code == 302
+def _started(client, django_capture_on_commit_callbacks, **kwargs):
+    """Upload through the page; its validation runs when the request's work commits."""
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _upload(client, **kwargs)
+    assert response.status_code == 302
+    return response
+
+
+def test_a_batch_started_in_the_app_runs_as_its_user(world, queue, engine,  # noqa: F811
+                                                     django_capture_on_commit_callbacks):
+    _started(world.member, django_capture_on_commit_callbacks, lines=3)
+    assert queue.names() == ["chunk"]  # validated at upload, not by a worker
     queue.drain()
     [batch] = world.member.get("/batches/progress.json").json()["batches"]
     assert (batch["status"], batch["percent"]) == ("completed", 100)
@@ -37,13 +47,35 @@ def test_a_batch_started_in_the_app_runs_as_its_user(world, queue, engine):  # n
     assert set(booked.values_list("api_key_id", "user_id")) == {(None, started.created_by_id)}
 
 
-def test_a_member_removed_before_the_run_gets_every_line_refused(world, queue,  # noqa: F811
-                                                                 engine):  # noqa: F811
+def test_a_member_removed_before_the_run_gets_every_line_refused(
+        world, queue, engine, django_capture_on_commit_callbacks):  # noqa: F811
     from apps.tenants.models import Membership
 
-    assert _upload(world.member, lines=2).status_code == 302
+    _started(world.member, django_capture_on_commit_callbacks, lines=2)
     Membership.objects.filter(tenant=world.a, role="member").delete()
     queue.drain()
     [batch] = world.admin.get("/batches/progress.json").json()["batches"]
     assert batch["request_counts"] == {"total": 2, "completed": 0, "failed": 2}
     assert engine.requests == []
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as served: validated within the upload
+def test_a_bad_file_is_refused_at_upload_with_its_line_errors(world):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    content = b"\n".join([_line(0).encode(), _line(1).encode()[:30], b"not json",
+                           _line(3).encode()])
+    response = world.member.post("/batches/start", {
+        "file": SimpleUploadedFile("bad.jsonl", content), "endpoint": "/v1/chat/completions",
+        "completion_window": "24h"})
+    page = response.content.decode()
+    assert response.status_code == 400 and 'id="batch-file-errors"' in page
+    assert "<strong>line 2</strong>: Invalid JSON" in page
+    assert "<strong>line 3</strong>: Invalid JSON" in page
+    [batch] = world.member.get("/batches/progress.json").json()["batches"]
+    assert batch["status"] == "failed" and batch["error_file_id"] in page
+    assert [r["line"] for r in batch["reasons"]["shown"]] == [2, 3]
+    download = world.member.get(f"/files/{batch['error_file_id']}/content")
+    rows = [json.loads(x) for x in b"".join(download.streaming_content).splitlines()]
+    assert [(r["error"]["line"], r["error"]["code"]) for r in rows] == [
+        (2, "invalid_json_line"), (3, "invalid_json_line")]

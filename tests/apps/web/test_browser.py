@@ -206,8 +206,34 @@ def _keys(page, url: str) -> None:
     assert refused.value.status_code == 401
 
 
+def _bad_batch(page, tmp_path: Path) -> None:
+    """A file with a truncated line and a non-JSON line: the upload answers with each bad
+    line's number and reason, and the failed batch's row shows its reasons and error file."""
+    bad = tmp_path / "bad.jsonl"
+    good = [json.dumps(tiny_line(i)) for i in range(3)]
+    bad.write_text("\n".join([good[0], good[1][:25], "not json", good[2]]) + "\n")
+    page.set_input_files("#batch-file", str(bad))
+    page.select_option("#batch-endpoint", "/v1/completions")
+    page.click("#batch-form button[type=submit]")
+    errors = page.locator("#batch-file-errors")
+    errors.wait_for(timeout=30_000)
+    items = errors.locator("ul.line-errors li").all_inner_texts()
+    assert [x.split(":")[0] for x in items] == ["line 2", "line 3"], items
+    assert all("Invalid JSON" in x for x in items), items
+    row = page.locator("tr[data-batch]").first
+    assert row.locator(".batch-status").inner_text().startswith("failed")
+    assert "line 2: Invalid JSON" in row.locator("ul.reasons").inner_text()
+    _shoot(page, "batch-errors")
+    with page.expect_download() as download:
+        row.locator("a.errors").click()
+    rows = [json.loads(x) for x in Path(download.value.path()).read_text().splitlines()]
+    assert [(r["error"]["line"], r["error"]["code"]) for r in rows] == [
+        (2, "invalid_json_line"), (3, "invalid_json_line")]
+
+
 def _batches(page, tmp_path: Path) -> None:
     page.click("nav >> text=Batches")
+    _bad_batch(page, tmp_path)
     source = tmp_path / "requests.jsonl"
     source.write_bytes(jsonl([tiny_line(i) for i in range(20)]))
     page.set_input_files("#batch-file", str(source))
@@ -215,6 +241,8 @@ def _batches(page, tmp_path: Path) -> None:
     page.fill("#batch-window", "24h")
     page.click("#batch-form button[type=submit]")
     row = page.locator("tr[data-batch]").first
+    # validated at upload: in progress from the first answer, not after a worker's turn
+    assert row.locator(".batch-status").inner_text() in ("in_progress", "completed")
     seen = set()
     page.expose_function("progress", lambda value: seen.add(value))
     page.evaluate("""() => setInterval(() => window.progress(Number(
