@@ -97,9 +97,9 @@ LASER_BATCH_SWEEP_REDISPATCH: int = env("LASER_BATCH_SWEEP_REDISPATCH", 20, int)
 LASER_BATCH_CONTROL_QUEUE = "batch-control"
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_QUEUES = (Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(LASER_BATCH_CONTROL_QUEUE))
+# The periodic sweep and cleanup stay on the default queue: validation never waits behind them.
 CELERY_TASK_ROUTES = {name: {"queue": LASER_BATCH_CONTROL_QUEUE}
-                      for name in ("batches.validate", "batches.finalize", "batches.sweep",
-                                   "batches.cleanup")}
+                      for name in ("batches.validate", "batches.finalize")}
 
 # Periodic batch tasks (`celery -A laser_platform beat`). Another app adding periodic tasks
 # should extend this dict rather than redefine it.

@@ -75,11 +75,18 @@ def test_turns_alternate_between_batches_whatever_their_sizes(
     assert _status(big) == _status(small) == "completed"
 
 
-@pytest.mark.parametrize("task", ["batches.validate", "batches.finalize"])
-def test_control_tasks_have_a_queue_of_their_own(task, settings):
-    queue = current_app.amqp.router.route({}, task)["queue"].name
-    assert queue == settings.LASER_BATCH_CONTROL_QUEUE
-    assert current_app.amqp.router.route({}, "batches.chunk")["queue"].name != queue
+def _queue(task: str) -> str:
+    return current_app.amqp.router.route({}, task)["queue"].name
+
+
+def test_control_tasks_have_a_queue_of_their_own(settings):
+    control = settings.LASER_BATCH_CONTROL_QUEUE
+    assert _queue("batches.validate") == _queue("batches.finalize") == control
+    # neither the chunks nor the periodic sweep and cleanup can hold a validation
+    assert control not in {_queue(t) for t in ("batches.chunk", "batches.sweep",
+                                               "batches.cleanup")}
+    # a worker started without -Q consumes both queues
+    assert {q.name for q in current_app.amqp.queues.values()} >= {control, "celery"}
 
 
 def test_parallel_turns_split_a_batch_into_ranges(cold, upload, queue, engine, settings):
