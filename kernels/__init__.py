@@ -5,6 +5,8 @@ PyTorch, and the public ``<op>()`` that dispatches, see :mod:`kernels.dispatch`)
 kernel and launcher live in ``kernels/_triton/<op>.py``, imported only on first use so that
 importing ``kernels`` never imports Triton. No Django here.
 
+What runs is chosen once per load and recorded in one :class:`KernelTable`
+(:mod:`kernels.choice`; the ``LASER_KERNELS`` backend is read once, :mod:`kernels.dispatch`).
 A model reaches the kernels through one backend per layer, chosen once when its weights are
 packed (:func:`pack_model`, :mod:`kernels.backends`): it asks that backend, each step, for the
 op set to run the layer on (:mod:`kernels.layer_ops`: these ops, or the C kernels of
@@ -16,6 +18,15 @@ from __future__ import annotations
 from kernels.activation import silu_and_mul
 from kernels.argmax import argmax
 from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
+from kernels.choice import (
+    Backend,
+    BandChooser,
+    Crossover,
+    KernelTable,
+    MatmulMode,
+    Side,
+    resolve_matmul_mode,
+)
 from kernels.cpu_allocator import tune_cpu_allocator, zeros_in_huge_pages
 from kernels.decode_attention import block_index, paged_decode_attention
 from kernels.dispatch import backend, use_native, use_triton
@@ -38,6 +49,13 @@ from kernels.rotary import build_cos_sin_cache, rotary_embedding
 
 __all__ = [
     "argmax",
+    "Backend",
+    "BandChooser",
+    "Crossover",
+    "KernelTable",
+    "MatmulMode",
+    "Side",
+    "resolve_matmul_mode",
     "DOWN",
     "GATE_UP",
     "O_PROJ",

@@ -39,7 +39,8 @@ class LayerShape:
 def on_c_kernels(hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
                  norm: torch.Tensor, meta) -> bool:
     """Whether this step runs on the C kernels (float32 model, float32 or float16 cache, on a
-    CPU where they build); ``use_native`` is asked once a step (``meta.native``)."""
+    CPU where they build): ``meta.native``, the runner's ``KernelTable.native``, else
+    ``use_native`` asked once a step."""
     if kv_cache[0].dtype not in _cpu.KV_DTYPES or norm.dtype != torch.float32:
         return False
     if meta.native is None:

@@ -1,7 +1,7 @@
 """Backend choice for every public kernel: Triton on CUDA, the PyTorch reference elsewhere, and
 on the CPU the model's fused C kernels (``kernels/_cpu``) where they build.
 
-``LASER_KERNELS`` forces a backend:
+``LASER_KERNELS`` forces a backend (:class:`kernels.choice.Backend`):
 
 - ``auto`` (default): Triton when the tensors are on CUDA and ``triton`` imports, else reference;
 - ``triton``: always Triton (on CPU tensors this needs ``TRITON_INTERPRET=1`` set before the
@@ -10,29 +10,61 @@ on the CPU the model's fused C kernels (``kernels/_cpu``) where they build.
   build here); ``auto`` uses them on CPU tensors whenever they build;
 - ``reference``: always the PyTorch reference.
 
-The variable is read on every call (a dict lookup) so tests can flip it with ``monkeypatch``.
-Triton itself is imported only when a Triton kernel is first needed: Triton decides between
-compiling and interpreting when a kernel is *decorated*, so importing ``kernels`` must not
-decorate anything.
+The environment is read once, on first need, into a :class:`KernelEnv`; :func:`configure`
+replaces it (a process that sets its backend itself, tests). Triton itself is imported only
+when a Triton kernel is first needed: Triton decides between compiling and interpreting when a
+kernel is *decorated*, so importing ``kernels`` must not decorate anything.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-BACKENDS = ("auto", "triton", "native", "reference")
+from kernels.choice import Backend
+
 ENV_VAR = "LASER_KERNELS"
 
 
-def backend() -> str:
-    """The backend forced by ``LASER_KERNELS`` (``auto`` when unset); fails on a bad value."""
-    value = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if value not in BACKENDS:
-        raise ValueError(f"{ENV_VAR}={value!r}: expected one of {', '.join(BACKENDS)}")
-    return value
+@dataclass(frozen=True, slots=True)
+class KernelEnv:
+    """The kernels' environment knobs, parsed: the backend and whether Triton interprets."""
+
+    backend: Backend = Backend.AUTO
+    triton_interpret: bool = False
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> KernelEnv:
+        """Parse ``LASER_KERNELS`` and ``TRITON_INTERPRET``; ValueError on a bad backend."""
+        return cls(Backend.parse(environ.get(ENV_VAR, "auto"), ENV_VAR),
+                   environ.get("TRITON_INTERPRET") == "1")
+
+
+_env: KernelEnv | None = None
+
+
+def kernel_env() -> KernelEnv:
+    """The process's :class:`KernelEnv`, read from the environment the first time."""
+    global _env
+    if _env is None:
+        _env = KernelEnv.from_environ(os.environ)
+    return _env
+
+
+def configure(env: KernelEnv) -> KernelEnv:
+    """Set the process's :class:`KernelEnv`; returns the one it replaces."""
+    global _env
+    old, _env = kernel_env(), env
+    return old
+
+
+def backend() -> Backend:
+    """The backend forced by ``LASER_KERNELS`` (``auto`` when unset)."""
+    return kernel_env().backend
 
 
 @functools.cache
@@ -47,13 +79,13 @@ def triton_available() -> bool:
 
 def use_triton(tensor: torch.Tensor) -> bool:
     """Whether a call whose main input is ``tensor`` should run the Triton kernel."""
-    mode = backend()
-    if mode == "reference":
+    env = kernel_env()
+    if env.backend is Backend.REFERENCE:
         return False
-    if mode == "triton":
+    if env.backend is Backend.TRITON:
         if not triton_available():
             raise RuntimeError(f"{ENV_VAR}=triton but triton does not import")
-        if not tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        if not tensor.is_cuda and not env.triton_interpret:
             raise RuntimeError(
                 f"{ENV_VAR}=triton on {tensor.device} tensors needs TRITON_INTERPRET=1 "
                 "set before the first Triton kernel is used"
@@ -65,13 +97,13 @@ def use_triton(tensor: torch.Tensor) -> bool:
 def use_native(tensor: torch.Tensor) -> bool:
     """Whether the model's CPU layers should run on the C kernels (``kernels/_cpu``) for a
     forward whose activations are ``tensor``."""
-    mode = backend()
-    if tensor.device.type != "cpu" or mode in ("reference", "triton"):
+    mode = kernel_env().backend
+    if tensor.device.type != "cpu" or mode in (Backend.REFERENCE, Backend.TRITON):
         return False
     from kernels._cpu import library
 
     if library() is None:
-        if mode == "native":
+        if mode is Backend.NATIVE:
             raise RuntimeError(f"{ENV_VAR}=native but the CPU kernels do not build here "
                                "(see the warning above)")
         return False

@@ -2,11 +2,8 @@
 
 Why: a decode step multiplies a few rows by every weight matrix. ``F.linear`` on CPU goes to
 a GEMM that re-packs the weight on every call; oneDNN can keep the weight in its blocked layout
-once and for all. Measured on the development CPU (``bench/cpu_linear.py``, 1 thread, float32,
-busy machine): 1.8-3.3x faster for SmolLM2's gate-up, down and LM-head shapes at 7-64 rows,
-about even at 1 and 300 rows, and slower (0.5-0.9x) for the small 576 x 576 O projection at some
-row counts; a whole 16-sequence decode step took 1.6x less CPU time. Results equal
-``F.linear`` up to float32 summation order.
+once and for all (``bench/cpu_linear.py`` measures the gain per shape and row count). Results
+equal ``F.linear`` up to float32 summation order.
 
 The engine packs a model's weights once (``LlamaModel.pack_linears``); each call then passes
 the packed copy beside the plain weight, and ``linear`` falls back to ``F.linear`` wherever no
@@ -30,12 +27,13 @@ import torch.nn.functional as F
 
 from kernels import _cpu
 from kernels._cpu import quant
+from kernels.choice import Backend, MatmulMode
 from kernels.dispatch import backend, use_native
 
-QUANT = "quant"  # the matmul mode on the GGUF's quantized blocks, two-part activations (one in
-# the decode steps' gate-up projection: kernels.packing.QUANT_DECODE_SPLIT)
-Q8 = "q8"  # the same with one int8 part in decode steps (llama.cpp's arithmetic): faster in
-# large batches, but it changed 4 of bench/cpu_precision.py's 8 answers (docs/engine.md)
+QUANT = MatmulMode.QUANT  # the GGUF's quantized blocks, two-part activations (one in the
+# decode steps' gate-up projection: kernels.packing.QUANT_DECODE_SPLIT)
+Q8 = MatmulMode.Q8  # the same with one int8 part in decode steps (llama.cpp's arithmetic):
+# faster in large batches, but it changed 4 of bench/cpu_precision.py's 8 answers
 QUANT_MODES = (QUANT, Q8)
 
 
@@ -55,7 +53,7 @@ def pack_quant_weight(weight: torch.Tensor,
 
 
 def _onednn_ok(device: torch.device, dtype: torch.dtype) -> bool:
-    if device.type != "cpu" or backend() == "reference":
+    if device.type != "cpu" or backend() is Backend.REFERENCE:
         return False
     if not torch.backends.mkldnn.is_available():
         return False
@@ -77,8 +75,8 @@ def pack_linear_weight(weight: torch.Tensor, dtype: torch.dtype | None = None,
     uses ``F.linear`` on the plain weight, in its own dtype).
 
     ``native`` with a bfloat16 ``dtype`` packs for Laser's own bfloat16 matmul
-    (``kernels/_cpu``, AVX512-BF16 CPUs) instead, where it builds: faster than oneDNN for the
-    few rows of a decode step on one thread (``bench/cpu_linear.py --model``)."""
+    (``kernels/_cpu``, AVX512-BF16 CPUs) instead, where it builds: the runner asks for it for
+    the few rows of a decode step on one thread (``bench/cpu_linear.py --model``)."""
     dtype = dtype or weight.dtype
     if weight.dtype != dtype and not (weight.dtype, dtype) == (torch.float32, torch.bfloat16):
         raise ValueError(f"cannot pack a {weight.dtype} weight as {dtype}")  # on any CPU

@@ -24,8 +24,8 @@ quantise their activations in two parts (``PackedQuant.split_view``); decode ste
 everywhere, 4 of bench/cpu_precision.py's 8 answers once left float32's, with two none did.
 In a step with prompt tokens, the decode rows before its prompt chunks keep the decode steps'
 parts (``quant.PROMPT_SEL``; ``PROMPT_TWO`` beside one-part rows): their tokens do not depend
-on a prompt sharing their step, and a gate-up projection in two parts made such a step of 48
-decode rows and 2 prompt tokens 8 ms (12 %) dearer than the 48 rows alone, in one part 2 ms.
+on a prompt sharing their step, and a gate-up projection in two parts made such a step
+markedly dearer than its decode rows alone.
 The head screens every step, prompts included: its ``SCREEN_TOP`` best logits are rescored
 in float32 on the dequantised weights, so the greedy choice is exact there too, and no step
 reads the 113 MB float32 head. Where the quantized matmul does not serve (no C compiler, no
@@ -41,15 +41,16 @@ import torch
 from kernels import _cpu
 from kernels._cpu.quant import ONE, PROMPT_SEL, PROMPT_TWO, SEL, TWO
 from kernels.backends import LayerBackend, LayerShape, Packing
+from kernels.choice import MatmulMode
 from kernels.dispatch import use_native
 from kernels.linear import (
-    QUANT,
-    QUANT_MODES,
     bf16_matmul_supported,
     pack_linear_weight,
     pack_quant_weight,
     quant_supported,
 )
+
+GgufBlocks = tuple[int, torch.Tensor]  # a weight's GGML type and raw GGUF rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +60,26 @@ class LayerParams:
     bias and the two norms."""
 
     projections: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-    blocks: tuple
+    blocks: tuple[GgufBlocks | None, ...]
     qkv_bias: torch.Tensor | None
     norms: tuple[torch.Tensor, torch.Tensor]
 
 
-def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
-               matmul_dtype: torch.dtype | str | None = None,
+def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufBlocks | None,
+               shape: LayerShape, mode: MatmulMode = MatmulMode.OWN,
                native_gemm: bool = False) -> Packing:
-    """A :class:`Packing` of ``layers`` and the LM ``head`` ``[V, D]`` for ``matmul_dtype``
-    (module doc); where nothing packs here (CUDA, ``LASER_KERNELS=reference``...) its packs
-    are None and the ops multiply the plain weights."""
-    if matmul_dtype in QUANT_MODES:
+    """A :class:`Packing` of ``layers`` and the LM ``head`` ``[V, D]`` for ``mode`` (module
+    doc; ``AUTO`` is two packings, each side packed on its own); where nothing packs here
+    (CUDA, ``LASER_KERNELS=reference``...) its packs are None and the ops multiply the plain
+    weights."""
+    if mode is MatmulMode.AUTO:
+        raise ValueError("MatmulMode.AUTO keeps two packings: pack QUANT and BF16 in turn")
+    if mode.quantized:
         blocks_fit = all(w.shape[1] % 32 == 0 for w in layers[0].projections)
         if quant_supported() and use_native(head) and blocks_fit:
-            return _pack_quant(layers, head, head_blocks, shape, matmul_dtype == QUANT)
-        matmul_dtype = torch.bfloat16 if bf16_matmul_supported() else None
+            return _pack_quant(layers, head, head_blocks, shape, mode is MatmulMode.QUANT)
+        mode = MatmulMode.BF16 if bf16_matmul_supported() else MatmulMode.OWN
+    matmul_dtype = torch.bfloat16 if mode is MatmulMode.BF16 else None
     mixed = matmul_dtype is not None
     backends = []
     for layer in layers:
@@ -96,19 +101,18 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape
 
 # ``QUANT``'s decode steps: how each projection (qkv, o, gate_up, down) quantises its
 # activations (``quant.split``). qkv, o and gate_up keep the second part only in each row's
-# outlier blocks (``SEL``), down keeps both. In two parts everywhere gate_up alone (half a
-# layer's multiply-adds) cost 7-20 % of the throughput at 16 and 64 streams; in one part its
-# rounding was most of quant's error, and mostly in a few blocks (the top 2 of 18 by scale
-# held 37-75 % of a layer's): SEL there cut the decode logits' KL divergence from float32 by
-# 57 %. SEL on qkv and o too makes a 64-row decode step about 3.5 % faster; on down as well
-# 6.6 %, but down's rounding doubled the KL divergence (0.00068 -> 0.00147 against 0.00101
-# without it, bench/perplexity.py --decode --kl) and moved the perplexity most
-# (docs/engine.md).
+# outlier blocks (``SEL``), down keeps both. Two parts everywhere made gate_up (half a layer's
+# multiply-adds) the largest cost at 16 and 64 streams; in one part its rounding was most of
+# quant's error, and mostly in a few blocks (the top 2 of 18 by scale held 37-75 % of a
+# layer's): SEL there cut the decode logits' KL divergence from float32 by 57 %. SEL on qkv
+# and o makes a decode step faster; on down too, but down's rounding doubled the KL divergence
+# (0.00068 -> 0.00147 against 0.00101 without it, bench/perplexity.py --decode --kl) and moved
+# the perplexity most (docs/engine.md).
 QUANT_DECODE_SPLIT = (SEL, SEL, SEL, TWO)
 
 
-def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks, shape: LayerShape,
-                split_decode: bool) -> Packing:
+def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufBlocks | None,
+                shape: LayerShape, split_decode: bool) -> Packing:
     backends = []
     for layer in layers:
         packs = tuple(pack_quant_weight(w, b) for w, b in zip(layer.projections, layer.blocks))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from inference.scheduler import SchedulerConfig
+from kernels.choice import MatmulMode, resolve_matmul_mode
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPES = tuple(_DTYPES)
@@ -162,24 +163,19 @@ class EngineConfig:
         return torch.float32 if exact else torch.float16
 
     @property
-    def torch_matmul_dtype(self) -> torch.dtype | str | None:
-        """The dtype to pack CPU projections in, ``"quant"`` (``kernels.QUANT``: the GGUF's
-        quantized blocks), ``"auto"`` (both, ``runner.AUTO``), or None for the weights'
-        own."""
-        if self.device != "cpu" or self.matmul_dtype in (None, "float32"):
-            return None
-        if self.matmul_dtype in ("quant", "q8"):
-            return self.matmul_dtype if self.torch_dtype == torch.float32 else None
-        if self.matmul_dtype == "auto":
-            import kernels
+    def matmul_mode(self) -> MatmulMode:
+        """The mode to pack CPU projections for (``kernels.MatmulMode``), resolved against
+        this machine once: ``AUTO`` only where both the quantized and the bfloat16 matmuls
+        serve; ``OWN`` (the weights' dtype) off the CPU and for a model that is not float32."""
+        requested = MatmulMode.OWN if self.matmul_dtype in (None, "float32") \
+            else MatmulMode(self.matmul_dtype)
+        cpu = self.device == "cpu"
+        both = requested is MatmulMode.AUTO and cpu
+        import kernels
 
-            if self.torch_dtype != torch.float32:
-                return None
-            bf16 = kernels.bf16_matmul_supported()
-            if kernels.quant_supported():
-                return "auto" if bf16 else kernels.QUANT  # runner.AUTO: both packs
-            return torch.bfloat16 if bf16 else None
-        return _DTYPES[self.matmul_dtype]
+        return resolve_matmul_mode(requested, self.torch_dtype, cpu,
+                                   quant=both and kernels.quant_supported(),
+                                   bf16=both and kernels.bf16_matmul_supported())
 
     def num_blocks(self, kv_bytes_per_block: int) -> int:
         """KV blocks that fit the memory budget (at least one)."""

@@ -85,7 +85,7 @@ class LLMEngine:
         self.scheduler = make_scheduler(config.policy, sched_config, kv,
                                         **_policy_options(config, len(model.layers)))
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
-                                  config.torch_matmul_dtype,
+                                  config.matmul_mode,
                                   threads=(narrow, config.wide_threads or narrow),
                                   quant_max_rows=config.quant_max_rows,
                                   pool_spin_us=config.pool_spin_us)

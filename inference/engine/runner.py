@@ -19,21 +19,22 @@ import torch
 import kernels
 from inference.engine.sides import SideChooser
 from inference.kv.block_manager import BlockCopy
-from inference.model import AttentionMetadata
+from inference.model import AttentionMetadata, LlamaModel
 from inference.request import Tier
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 from kernels import _cpu
+from kernels.backends import Packing
+from kernels.choice import BandChooser, Crossover, KernelTable, MatmulMode, Side
 
-# Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: measured on
-# the 2-core CPU (SmolLM2, mixed precision, idle machine), a second thread made a 16-token
-# forward 1.24x faster, 64 tokens 1.51x and 128 tokens 1.75x, but through the server under
-# laser (steps of ~60 tokens in a burst of chats) it gained nothing; decode steps keep the narrow
-# count, whose spare core serves the event loop (docs/engine.md, "On CPU").
+# Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: a second
+# thread speeds up a prompt's long matmuls, but through the server steps of a few dozen tokens
+# gained nothing from it; decode steps keep the narrow count, whose spare core serves the
+# event loop (docs/engine.md, "On CPU").
 WIDE_STEP_TOKENS = 128
-# ``matmul_dtype`` that keeps both the quantized blocks and the bfloat16 packs, choosing per
-# step by its rows (``EngineConfig.matmul_dtype="auto"``, ``quant_max_rows``)
-AUTO = "auto"
+# the mode that keeps both the quantized blocks and the bfloat16 packs, choosing per step kind
+# and band (``EngineConfig.matmul_dtype="auto"``, ``quant_max_rows``)
+AUTO = MatmulMode.AUTO
 
 
 @dataclass(slots=True)
@@ -50,7 +51,7 @@ class BatchInputs:
     sample_rows: torch.Tensor      # [N] int64
     sample_seq_ids: list[str]
     block_copies: tuple[BlockCopy, ...] = ()
-    side: int | None = None  # under ``AUTO``: the packs it runs on, chosen at its first layer
+    side: Side | None = None  # under ``AUTO``: the packs it runs on, chosen at its first layer
     explore: bool = True  # under ``AUTO``: may try the slower side (no hot stream in it)
 
     @property
@@ -66,20 +67,21 @@ class ModelRunner:
         dtype: the KV cache dtype (it may differ from the weights': float32 on CPU).
         num_blocks, block_size: KV pool shape; per layer keys and values are
             ``[num_blocks, block_size, num_kv_heads, head_dim]``.
-        matmul_dtype: CPU only: pack the layers' projections in this dtype (bfloat16 mixed
-            precision, see ``kernels.linear``) or ``kernels.QUANT`` (the GGUF's quantized
-            blocks, ``kernels._cpu.quant``); ``AUTO`` keeps both the quantized blocks and
-            the bfloat16 packs and runs each step on the side that is faster for its width
-            on this machine (``SideChooser``), or, with ``quant_max_rows`` set, a step of at
-            most that many tokens on the quantized blocks and a wider one on bfloat16; None
-            keeps the weights' dtype.
+        matmul_mode: CPU only: what to pack the layers' projections for (``MatmulMode``:
+            bfloat16 mixed precision, see ``kernels.linear``, or the GGUF's quantized blocks,
+            ``kernels._cpu.quant``); ``AUTO`` keeps both the quantized blocks and the
+            bfloat16 packs and runs each step on the side that is faster for its kind and
+            width on this machine (``SideChooser``), or, with ``quant_max_rows`` set, a step
+            of at most that many tokens on the quantized blocks and a wider one on bfloat16
+            (``kernels.choice.Crossover``); ``OWN`` keeps the weights' dtype. The choices
+            land in one ``kernels.KernelTable`` (``self.kernels``).
         threads: ``(narrow, wide)`` torch threads for steps below and from
             ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
 
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int,
+    def __init__(self, model: LlamaModel, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 matmul_dtype: torch.dtype | str | None = None,
+                 matmul_mode: MatmulMode | torch.dtype | None = MatmulMode.OWN,
                  threads: tuple[int, int] | None = None,
                  quant_max_rows: int | None = None, pool_spin_us: int | None = None) -> None:
         self.model = model
@@ -96,48 +98,62 @@ class ModelRunner:
         # between calls, so the serving loop still gets a core when it needs one
         self.pool_threads = 0
         self.pool_spin_us = pool_spin_us  # set on the pool every step; None leaves it be
-        self.quant_max_rows = quant_max_rows
-        # AUTO without a pinned crossover: which packs are faster at which width
-        self.sides = SideChooser() if quant_max_rows is None else None
-        # AUTO: the (quantized, bfloat16) pack states, and the one in use
-        self._pack_sets: tuple[tuple, tuple] | None = None
-        self._packs_in_use = 1
+        mode = MatmulMode.of(matmul_mode)
+        self.kernels = KernelTable(mode, kernels.backend(), native=self._native(model))
         if self.device.type == "cpu":
-            # glibc would mmap and page-fault every step's multi-MB temporaries afresh: the
-            # attention's K/V gather ran 2.1 -> 0.17 ms per layer once freed blocks are reused
+            # glibc would mmap and page-fault every step's multi-MB temporaries afresh
             kernels.tune_cpu_allocator()
-            if hasattr(model, "pack_linears"):
-                # oneDNN-packed weights: 1.2-3x faster CPU matmuls; bfloat16 decode matmuls on
-                # one thread go to Laser's own kernel instead (kernels.pack_linear_weight)
-                narrow = threads[0] if threads is not None else torch.get_num_threads()
-                both = matmul_dtype == AUTO
-                model.pack_linears(kernels.QUANT if both else matmul_dtype,
-                                   native_gemm=narrow == 1)
-                if getattr(model, "quantized", False):
-                    # the pool's workers sleep between calls: every step runs on every core
-                    self.pool_threads = max(threads) if threads else torch.get_num_threads()
-                    if both:
-                        quantized = model.pack_state()
-                        model.pack_linears(torch.bfloat16, native_gemm=narrow == 1)
-                        self._pack_sets = (quantized, model.pack_state())
+            self._pack(model, mode, threads, quant_max_rows)
+        self._packs_in_use = Side.BF16  # AUTO packs the bfloat16 side last
+
+    def _native(self, model: LlamaModel) -> bool:
+        """Whether this load's layers run on the C kernels (``kernels.backends.on_c_kernels``
+        asks the same of each step run without a runner)."""
+        return (model.norm.dtype == torch.float32 and self.kv_caches[0][0].dtype in
+                _cpu.KV_DTYPES and kernels.use_native(model.norm))
+
+    def _pack(self, model: LlamaModel, mode: MatmulMode, threads: tuple[int, int] | None,
+              quant_max_rows: int | None) -> None:
+        """Pack the model's weights for ``mode`` and record the packings in ``self.kernels``
+        (oneDNN-packed or Laser's own; bfloat16 decode matmuls on one thread go to Laser's
+        own kernel, ``kernels.pack_linear_weight``)."""
+        narrow = threads[0] if threads is not None else torch.get_num_threads()
+        both = mode is MatmulMode.AUTO
+        model.pack_linears(MatmulMode.QUANT if both else mode, native_gemm=narrow == 1)
+        if not model.quantized:
+            return
+        # the pool's workers sleep between calls: every step runs on every core
+        self.pool_threads = max(threads) if threads else torch.get_num_threads()
+        if both:
+            quantized = model.pack_state()
+            model.pack_linears(MatmulMode.BF16, native_gemm=narrow == 1)
+            bands: BandChooser = (SideChooser() if quant_max_rows is None
+                                  else Crossover(quant_max_rows))
+            self.kernels.packings.update({Side.QUANT: quantized, Side.BF16: model.pack_state()})
+            self.kernels.bands = bands
 
     @property
-    def packs_in_use(self) -> str:
-        """``quant`` or ``bfloat16``: the packs the last step ran on (under ``AUTO``)."""
-        return ("quant", "bfloat16")[self._packs_in_use]
+    def _pack_sets(self) -> tuple[Packing, Packing] | None:
+        """Under ``AUTO``: the (quantized, bfloat16) packings (the benchmarks read them)."""
+        packings = self.kernels.packings
+        return (packings[Side.QUANT], packings[Side.BF16]) if self.kernels.two_sided else None
+
+    @property
+    def packs_in_use(self) -> Side:
+        """The side the last step ran on under ``AUTO`` (``BF16`` before any)."""
+        return self._packs_in_use
 
     def _select_packs(self, batch: BatchInputs) -> None:
-        """Under ``AUTO``: switch the model to the packs for this step's rows."""
-        if self._pack_sets is None:
+        """Under ``AUTO``: switch the model to the packs the table gives this step's rows."""
+        table = self.kernels
+        if not table.two_sided:
             return
         if batch.side is None:
-            n = batch.num_tokens
-            batch.side = (self.sides.choose(n, not batch.meta.is_decode_only, batch.explore)
-                          if self.sides is not None
-                          else int(n > self.quant_max_rows))
+            batch.side = table.side(batch.num_tokens, not batch.meta.is_decode_only,
+                                    batch.explore)
         want = batch.side
-        if want != self._packs_in_use:
-            self.model.set_pack_state(self._pack_sets[want])
+        if want is not None and want != self._packs_in_use:
+            self.model.set_pack_state(table.packings[want])
             self._packs_in_use = want
 
     # ---- batch construction --------------------------------------------------------------
@@ -188,6 +204,7 @@ class ModelRunner:
             max_query_len=int(q_lens.max()),
             max_seq_len=int(seq_lens.max()),
         )
+        meta.native = self.kernels.native  # the table's choice: no step asks again
         return BatchInputs(
             input_ids=self._to_device(np.asarray(ids, dtype=np.int64)),
             positions=self._to_device(positions),
@@ -219,10 +236,10 @@ class ModelRunner:
 
     def observe(self, batch: BatchInputs, seconds: float) -> None:
         """A whole step over ``batch`` took ``seconds`` (its forward, not paused): under
-        ``AUTO`` the side chooser learns from it (none learns a pinned crossover)."""
-        if batch.side is not None and self.sides is not None:
-            self.sides.observe(batch.num_tokens, batch.side, seconds,
-                               not batch.meta.is_decode_only)
+        ``AUTO`` the table's bands learn from it (a pinned crossover learns nothing)."""
+        if batch.side is not None:
+            self.kernels.observe(batch.num_tokens, batch.side, seconds,
+                                 not batch.meta.is_decode_only)
 
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)

@@ -1,37 +1,36 @@
 """Which packs run a step under ``matmul_dtype=auto``: the quantized blocks or the bfloat16
-packs, learned per kind and width from the machine's own step times (``SideChooser``)."""
+packs, learned per kind and width from the machine's own step times (``SideChooser``, the
+bands of the runner's ``kernels.KernelTable``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-QUANT_SIDE, BF16_SIDE = 0, 1
+from kernels.choice import Side
+
+QUANT_SIDE, BF16_SIDE = Side.QUANT, Side.BF16
 
 
 class SideChooser:
     """Which packs (quantized blocks or bfloat16) run a step of ``n`` tokens, learned from the
-    machine's own step times: which side is faster at which width differs between CPUs (on
-    an AMD EPYC the bfloat16 packs won above 8 rows; on an Intel Xeon with the same AVX-512
-    units the quantized blocks won at 1-64 rows, 1.6x at 16 and 64, as whole engine steps),
-    so no fixed crossover suits every machine.
+    machine's own step times: which side is faster at which width differs between CPUs with
+    the same vector units, so no fixed crossover suits every machine (docs/engine.md, "Auto").
 
     Steps are grouped by kind (decode only, or with prompt tokens: these run other packs, the
-    two-part ones, and the sides' order differs: on an AMD EPYC a 66-token step with a prompt
-    chunk took 167 ms on the bfloat16 packs, where decode steps of that width ran faster
-    there than on the quantized blocks, and that one try of the other side held two hot
-    streams' tokens past their TBT target) and by width (each count up to 8 tokens, then
-    four groups per doubling); each side's time per token in a group is a moving average. A
-    new group takes the verdict of the nearest group of its kind that has one when that one
-    is clear (one side ``clear`` times faster), else it tries each side once. The faster
-    side runs; now and then a step runs the other side again, so that a change of load is
-    followed: first after ``explore_every`` steps of the group, then twice as many after
-    each such step that was slower again (up to ``explore_max``), and ``explore_every``
-    again after one that was faster. A step on the slower side is a slow step for every
-    stream in it, so the schedule backs off where the verdict is steady. A try of the other
-    side replaces that side's time (blending it into a time many steps old kept a slow first
-    try, one that paid a warm-up, for dozens of tries: on an AMD EPYC 64-row steps stayed on
-    the quantized blocks at 85 ms where the bfloat16 packs took 62-76). Only whole forwards
-    teach it (``observe``: a forward split around other steps is not timed whole)."""
+    two-part ones, and the sides' order can differ between the kinds at one width; one try of
+    the slower side in a prompt step can hold hot streams' tokens past their TBT target) and
+    by width (each count up to 8 tokens, then four groups per doubling); each side's time per
+    token in a group is a moving average. A new group takes the verdict of the nearest group
+    of its kind that has one when that one is clear (one side ``clear`` times faster), else
+    it tries each side once. The faster side runs; now and then a step runs the other side
+    again, so that a change of load is followed: first after ``explore_every`` steps of the
+    group, then twice as many after each such step that was slower again (up to
+    ``explore_max``), and ``explore_every`` again after one that was faster. A step on the
+    slower side is a slow step for every stream in it, so the schedule backs off where the
+    verdict is steady. A try of the other side replaces that side's time: blending it into a
+    time many steps old kept a slow first try, one that paid a warm-up, for dozens of tries.
+    Only whole forwards teach it (``observe``: a forward split around other steps is not
+    timed whole)."""
 
     def __init__(self, explore_every: int = 64, explore_max: int = 4096, weight: float = 0.25,
                  clear: float = 1.2) -> None:
@@ -48,12 +47,11 @@ class SideChooser:
         bits = n.bit_length()
         return 4 * bits - 8 + (n >> (bits - 3))
 
-    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> int:
+    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> Side:
         """The side to run a step of ``n`` tokens on. Without ``explore`` (a step that
-        carries hot streams, whose TBT a slow try would break: on an AMD EPYC, prompt steps
-        of 56-59 tokens beside two hot chats ran 82-110 ms on a try of the bfloat16 packs,
-        against 56-78 on the quantized blocks) no side is tried: the group's verdict, else
-        its nearest timed neighbour's, else its one timed side, else the quantized blocks."""
+        carries hot streams, whose TBT a slow try would break) no side is tried: the group's
+        verdict, else its nearest timed neighbour's, else its one timed side, else the
+        quantized blocks."""
         k = (prompt, self.group(n))
         g = self._groups.get(k)
         if g is None:
@@ -70,9 +68,10 @@ class SideChooser:
             g.left -= 1
             return faster
         g.left = g.interval - 1
-        return 1 - faster
+        return _other(faster)
 
-    def observe(self, n: int, side: int, seconds: float, prompt: bool = False) -> None:
+    def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None:
+        """A whole step of ``n`` tokens on ``side`` took ``seconds``."""
         k = (prompt, self.group(n))
         g = self._groups.get(k)
         if g is None:
@@ -81,20 +80,20 @@ class SideChooser:
         old, timed = times[side], _timed(times)
         if timed is not None and side != _winner(timed):
             # an exploration: slower than the verdict's side again, or worth a second look soon
-            held = per_token >= timed[1 - side]
+            held = per_token >= timed[_other(side)]
             g.interval = min(self.explore_max, 2 * g.interval) if held else self.explore_every
             # it replaces the side's time: that one is many steps old (a first try may even
             # have paid a warm-up), the verdict side's average is as recent as this step
             old = None
         times[side] = per_token if old is None else old + self.weight * (per_token - old)
 
-    def faster(self, n: int, prompt: bool = False) -> int | None:
+    def faster(self, n: int, prompt: bool = False) -> Side | None:
         """The side that is faster at ``n`` tokens so far; None before both were timed."""
         g = self._groups.get((prompt, self.group(n)))
         times = _timed(g.per_token) if g is not None else None
         return None if times is None else _winner(times)
 
-    def _guess(self, k: tuple[bool, int], g: _Group) -> int:
+    def _guess(self, k: tuple[bool, int], g: _Group) -> Side:
         """A side for a group without a verdict, untried (``choose`` without ``explore``)."""
         times = self._nearest(k)
         if times is not None:
@@ -138,5 +137,9 @@ def _timed(per_token: list[float | None]) -> tuple[float, float] | None:
     return None if quant is None or bf16 is None else (quant, bf16)
 
 
-def _winner(times: tuple[float, float]) -> int:
+def _winner(times: tuple[float, float]) -> Side:
     return QUANT_SIDE if times[QUANT_SIDE] <= times[BF16_SIDE] else BF16_SIDE
+
+
+def _other(side: Side) -> Side:
+    return BF16_SIDE if side == QUANT_SIDE else QUANT_SIDE

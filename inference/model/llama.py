@@ -96,12 +96,13 @@ class LlamaModel(nn.Module):
         """Whether the packing in use is the quantized matmul's (`pack_linears(kernels.QUANT)`)."""
         return self.packing.quantized
 
-    def pack_linears(self, matmul_dtype: torch.dtype | str | None = None,
+    def pack_linears(self, mode: kernels.MatmulMode | torch.dtype | None = None,
                      native_gemm: bool = False) -> bool:
-        """Pack every projection and the LM head for ``matmul_dtype`` (None: each in its own
-        dtype; bfloat16: mixed precision; ``kernels.QUANT``/``Q8``: the GGUF's quantized
-        blocks, see ``kernels.packing``), choosing each layer's backend once. Call once the
-        weights are final; True if the head packed (CPU oneDNN; a no-op elsewhere)."""
+        """Pack every projection and the LM head for ``mode`` (``kernels.MatmulMode``; None:
+        each in its own dtype; ``torch.bfloat16``: ``BF16``, mixed precision; ``QUANT``/``Q8``:
+        the GGUF's quantized blocks, see ``kernels.packing``), choosing each layer's backend
+        once. Call once the weights are final; True if the head packed (CPU oneDNN; a no-op
+        elsewhere)."""
         names = ("attn.qkv_weight", "attn.o_weight", "gate_up_weight", "down_weight")
         layers = [layer.params(tuple(self.quant_blocks.get(f"layers.{i}.{n}") for n in names))
                   for i, layer in enumerate(self.layers)]
@@ -109,7 +110,7 @@ class LlamaModel(nn.Module):
         shape = LayerShape(attn.heads, cfg.rms_norm_eps, attn.scale)
         head_name = "embed_tokens" if self.lm_head is None else "lm_head"
         self.set_pack_state(kernels.pack_model(layers, self.head, self.quant_blocks.get(head_name),
-                                       shape, matmul_dtype, native_gemm))
+                                       shape, kernels.MatmulMode.of(mode), native_gemm))
         return self.packing.quantized or self.packing.head_packed is not None
 
     def pack_state(self) -> Packing:

@@ -14,6 +14,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests.kernels.backend import use_backend  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
@@ -22,9 +24,9 @@ def _seed() -> None:
 
 @pytest.fixture
 def force_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LASER_KERNELS", "triton")
+    use_backend(monkeypatch, "triton", triton_interpret=True)
 
 
 @pytest.fixture
 def force_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LASER_KERNELS", "reference")
+    use_backend(monkeypatch, "reference")

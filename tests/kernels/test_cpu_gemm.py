@@ -130,7 +130,7 @@ def test_the_runner_gives_one_thread_decode_matmuls_to_the_kernel(threads, nativ
         pytest.skip("no oneDNN bfloat16 matmuls on this CPU")
     saved = torch.get_num_threads()
     try:
-        runner = ModelRunner(_tiny_model(), num_blocks=4, block_size=16, matmul_dtype=BF16,
+        runner = ModelRunner(_tiny_model(), num_blocks=4, block_size=16, matmul_mode=BF16,
                              threads=threads)
     finally:
         torch.set_num_threads(saved)

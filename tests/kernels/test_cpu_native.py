@@ -15,6 +15,7 @@ from kernels.activation import silu_and_mul_reference
 from kernels.kv_cache import write_kv_reference
 from kernels.rms_norm import rms_norm_reference
 from kernels.rotary import build_cos_sin_cache, rotary_embedding_reference
+from tests.kernels.backend import use_backend
 from tests.kernels.paged import make_paged, rel_err
 from tests.kernels.test_decode_reference import naive_decode
 
@@ -227,11 +228,11 @@ def test_wrappers_refuse_what_the_c_code_does_not_handle() -> None:
 
 def test_native_backend_is_chosen_on_cpu_and_can_be_turned_off(monkeypatch) -> None:
     x = torch.zeros(1)
-    monkeypatch.setenv("LASER_KERNELS", "auto")
+    use_backend(monkeypatch, "auto")
     assert kernels.use_native(x)
-    monkeypatch.setenv("LASER_KERNELS", "native")
+    use_backend(monkeypatch, "native")
     assert kernels.use_native(x)
-    monkeypatch.setenv("LASER_KERNELS", "reference")
+    use_backend(monkeypatch, "reference")
     assert not kernels.use_native(x)
 
 
@@ -241,9 +242,9 @@ def test_a_missing_compiler_falls_back_unless_native_is_forced(monkeypatch, tmp_
     _cpu.library.cache_clear()
     try:
         assert _cpu.library() is None
-        monkeypatch.setenv("LASER_KERNELS", "auto")
+        use_backend(monkeypatch, "auto")
         assert not kernels.use_native(torch.zeros(1))
-        monkeypatch.setenv("LASER_KERNELS", "native")
+        use_backend(monkeypatch, "native")
         with pytest.raises(RuntimeError, match="do not build"):
             kernels.use_native(torch.zeros(1))
     finally:

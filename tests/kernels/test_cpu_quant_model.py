@@ -12,6 +12,8 @@ from inference.model import LlamaModel
 from kernels import _cpu
 from kernels._cpu import quant
 from kernels.backends import Packing
+from kernels.choice import MatmulMode, Side
+from tests.kernels.backend import use_backend
 from tests.kernels.block_model import block_model
 from tests.kernels.paged import rel_err
 
@@ -131,7 +133,7 @@ def test_the_stack_stops_between_layers_and_resumes_to_the_same_bits(monkeypatch
     uninterrupted run: over a prompt chunk (split activations) and a decode step."""
     from inference.model import AttentionMetadata
 
-    monkeypatch.setenv("LASER_KERNELS", "auto")
+    use_backend(monkeypatch, "auto")
     model = _model(blocks=True, layers=4)
     assert model.pack_linears(kernels.QUANT)
     _cpu.set_threads(threads)
@@ -180,7 +182,7 @@ def test_the_runner_packs_the_quantized_mode_and_uses_every_thread(mode) -> None
 
     saved = torch.get_num_threads()
     try:
-        runner = ModelRunner(_model(), num_blocks=4, block_size=16, matmul_dtype=mode,
+        runner = ModelRunner(_model(), num_blocks=4, block_size=16, matmul_mode=mode,
                              threads=(1, 2))
     finally:
         torch.set_num_threads(saved)
@@ -191,13 +193,13 @@ def test_the_runner_packs_the_quantized_mode_and_uses_every_thread(mode) -> None
 def test_auto_picks_the_quantized_mode_where_it_has_a_vector_path(monkeypatch) -> None:
     from inference.engine.config import EngineConfig
 
-    both = "auto" if kernels.bf16_matmul_supported() else kernels.QUANT
-    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == both
-    assert EngineConfig(matmul_dtype="q8").torch_matmul_dtype == kernels.Q8
-    assert EngineConfig().torch_matmul_dtype is None  # the library's default stays exact
+    both = MatmulMode.AUTO if kernels.bf16_matmul_supported() else MatmulMode.QUANT
+    assert EngineConfig(matmul_dtype="auto").matmul_mode is both
+    assert EngineConfig(matmul_dtype="q8").matmul_mode is MatmulMode.Q8
+    assert EngineConfig().matmul_mode is MatmulMode.OWN  # the library's default stays exact
     monkeypatch.setattr(quant, "supported", lambda: False)
-    want = torch.bfloat16 if kernels.bf16_matmul_supported() else None
-    assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == want
+    want = MatmulMode.BF16 if kernels.bf16_matmul_supported() else MatmulMode.OWN
+    assert EngineConfig(matmul_dtype="auto").matmul_mode is want
     model = _model()
     model.pack_linears(kernels.QUANT)  # asked for, but not here: what auto would pick
     assert not model.quantized
@@ -222,7 +224,7 @@ def _runner(mode, **kw):
 
     saved = torch.get_num_threads()
     try:
-        return ModelRunner(_model(blocks=True), num_blocks=8, block_size=16, matmul_dtype=mode,
+        return ModelRunner(_model(blocks=True), num_blocks=8, block_size=16, matmul_mode=mode,
                            threads=(1, 2), **kw)
     finally:
         torch.set_num_threads(saved)
@@ -236,19 +238,19 @@ def test_auto_runs_small_steps_on_the_quantized_blocks_and_larger_ones_on_bfloat
     from inference.engine.runner import AUTO
 
     auto = _runner(AUTO, quant_max_rows=2)
-    alone = {"quant": _runner(kernels.QUANT), "bfloat16": _runner(torch.bfloat16)}
-    cases = [(1, "quant", 2), (3, "bfloat16", 2), (2, "quant", 2), (-5, "bfloat16", 2),
-             (1, "quant", 2)]
+    alone = {Side.QUANT: _runner(kernels.QUANT), Side.BF16: _runner(torch.bfloat16)}
+    cases = [(1, Side.QUANT, 2), (3, Side.BF16, 2), (2, Side.QUANT, 2), (-5, Side.BF16, 2),
+             (1, Side.QUANT, 2)]
     for rows, side, pool in cases:
         got = auto.execute(_step(rows))
         assert auto.packs_in_use == side and auto.pool_threads == pool
         layer = auto.model.layers[0]
         # bfloat16 on Laser's own matmul where the CPU has AVX512-BF16, else oneDNN's pack
-        want_type = (quant.PackedQuant if side == "quant" else
+        want_type = (quant.PackedQuant if side == Side.QUANT else
                      _cpu.PackedBF16 if _cpu.gemm_supported() else torch.Tensor)
         assert isinstance(layer.backend.decode[3], want_type)
-        assert layer.backend.one_call == (side == "quant" or _cpu.gemm_supported())
-        assert auto.model.quantized == (side == "quant")
+        assert layer.backend.one_call == (side == Side.QUANT or _cpu.gemm_supported())
+        assert auto.model.quantized == (side == Side.QUANT)
         assert torch.equal(got, alone[side].execute(_step(rows))), (rows, side)
 
 
@@ -263,9 +265,9 @@ def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> 
     paused = auto.begin(_step(3))
     assert not paused.advance(lambda: True)
     auto.execute(_step(1, first=4))
-    assert auto.packs_in_use == "quant"
+    assert auto.packs_in_use == Side.QUANT
     assert paused.advance(lambda: False)
-    assert torch.equal(paused.logits(), want) and auto.packs_in_use == "bfloat16"
+    assert torch.equal(paused.logits(), want) and auto.packs_in_use == Side.BF16
 
 
 @pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
@@ -275,8 +277,8 @@ def test_auto_without_a_threshold_runs_the_side_its_step_times_show_faster() -> 
     from inference.engine.runner import AUTO
 
     auto = _runner(AUTO)
-    alone = {"quant": _runner(kernels.QUANT), "bfloat16": _runner(torch.bfloat16)}
-    seconds = {"quant": 0.2, "bfloat16": 0.1}  # told: bfloat16 is twice as fast at 3 rows
+    alone = {Side.QUANT: _runner(kernels.QUANT), Side.BF16: _runner(torch.bfloat16)}
+    seconds = {Side.QUANT: 0.2, Side.BF16: 0.1}  # told: bfloat16 is twice as fast at 3 rows
     sides = []
     for _ in range(4):
         batch = _step(3)
@@ -285,9 +287,9 @@ def test_auto_without_a_threshold_runs_the_side_its_step_times_show_faster() -> 
         assert torch.equal(got, alone[side].execute(_step(3))), side
         auto.observe(batch, seconds[side])
         sides.append(side)
-    assert sides == ["quant", "bfloat16", "bfloat16", "bfloat16"]
+    assert sides == [Side.QUANT, Side.BF16, Side.BF16, Side.BF16]
     auto.execute(_step(1))  # another width: tried afresh (3 rows' verdict is clear: taken)
-    assert auto.packs_in_use == "bfloat16"
+    assert auto.packs_in_use == Side.BF16
 
 
 def test_the_threshold_is_a_config_field() -> None:

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from tests.kernels.backend import use_backend
 from tests.kernels.paged import rel_err
 
 
@@ -27,7 +28,7 @@ def test_packed_linear_equals_f_linear(rows, shape, bias):
 
 
 def test_reference_backend_does_not_pack(monkeypatch):
-    monkeypatch.setenv("LASER_KERNELS", "reference")
+    use_backend(monkeypatch, "reference")
     assert kernels.pack_linear_weight(torch.randn(8, 4)) is None
 
 

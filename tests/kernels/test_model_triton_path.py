@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from inference.model import AttentionMetadata, LlamaModel, ModelConfig
+from tests.kernels.backend import use_backend
 from tests.kernels.paged import rel_err
 
 BLOCK_SIZE = 16
@@ -50,7 +51,7 @@ def _tiny_model() -> LlamaModel:
 
 def _run(model: LlamaModel, monkeypatch: pytest.MonkeyPatch, backend: str) -> torch.Tensor:
     """Prefill two prompts (one in two chunks, mixed with a 1-token prompt), then decode both."""
-    monkeypatch.setenv("LASER_KERNELS", backend)
+    use_backend(monkeypatch, backend)
     torch.manual_seed(1)
     caches = model.allocate_kv_caches(6, BLOCK_SIZE)
     tables = [[4, 1], [2, 5, 0]]

@@ -9,6 +9,7 @@ import pytest
 import kernels
 from inference.engine import EngineConfig, LLMEngine
 from inference.request import EngineRequest, SamplingParams
+from kernels.choice import Side
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,7 +26,7 @@ def test_auto_keeps_the_france_answer_on_either_side_of_the_threshold():
                                     kv_memory_mb=64))
     assert engine.runner._pack_sets is not None
     sp = SamplingParams(max_tokens=24, temperature=0.0)
-    for streams, side in ((1, "quant"), (6, "bfloat16")):
+    for streams, side in ((1, Side.QUANT), (6, Side.BF16)):
         for i in range(streams):
             engine.add_request(EngineRequest(f"{streams}-{i}", sp, messages=FRANCE))
         texts, sides = defaultdict(str), set()

@@ -8,12 +8,13 @@ import torch
 
 from inference.cli import _parser, engine_config
 from inference.engine.config import EngineConfig
+from kernels.choice import MatmulMode
 
 
 def test_defaults_are_exact_float32_on_cpu():
     cfg = EngineConfig()
-    assert (cfg.torch_dtype, cfg.torch_kv_dtype, cfg.torch_matmul_dtype) == (
-        torch.float32, torch.float32, None)
+    assert (cfg.torch_dtype, cfg.torch_kv_dtype, cfg.matmul_mode) == (
+        torch.float32, torch.float32, MatmulMode.OWN)
 
 
 def test_the_kv_cache_is_float16_on_cpu_only_beside_approximate_matmuls():
@@ -35,23 +36,26 @@ def test_the_environment_is_not_read(monkeypatch):
 
 
 def test_matmul_dtype_is_a_cpu_setting():
-    assert EngineConfig(device="cuda", matmul_dtype="bfloat16").torch_matmul_dtype is None
-    assert EngineConfig(device="cuda", matmul_dtype="auto").torch_matmul_dtype is None
+    assert EngineConfig(device="cuda", matmul_dtype="bfloat16").matmul_mode is MatmulMode.OWN
+    assert EngineConfig(device="cuda", matmul_dtype="auto").matmul_mode is MatmulMode.OWN
 
 
 def test_auto_matmul_dtype_follows_the_cpu(monkeypatch):
     import kernels
 
     monkeypatch.setattr(kernels, "quant_supported", lambda: True)
-    for native, expected in ((True, "auto"), (False, kernels.QUANT)):  # "auto": both packs
+    both = ((True, MatmulMode.AUTO), (False, MatmulMode.QUANT))  # AUTO: both packs
+    for native, expected in both:
         monkeypatch.setattr(kernels, "bf16_matmul_supported", lambda native=native: native)
-        assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == expected
+        assert EngineConfig(matmul_dtype="auto").matmul_mode is expected
     monkeypatch.setattr(kernels, "quant_supported", lambda: False)  # no AVX2: as before
-    for native, expected in ((True, torch.bfloat16), (False, None)):
+    for native, expected in ((True, MatmulMode.BF16), (False, MatmulMode.OWN)):
         monkeypatch.setattr(kernels, "bf16_matmul_supported", lambda native=native: native)
-        assert EngineConfig(matmul_dtype="auto").torch_matmul_dtype == expected
+        assert EngineConfig(matmul_dtype="auto").matmul_mode is expected
     # a bfloat16 model has nothing to gain
-    assert EngineConfig(matmul_dtype="auto", dtype="bfloat16").torch_matmul_dtype is None
+    assert EngineConfig(matmul_dtype="auto", dtype="bfloat16").matmul_mode is MatmulMode.OWN
+    assert EngineConfig(matmul_dtype="bfloat16").matmul_mode is MatmulMode.BF16
+    assert EngineConfig(matmul_dtype="q8").matmul_mode is MatmulMode.Q8
 
 
 @pytest.mark.parametrize("bad", [{"matmul_dtype": "float16"}, {"matmul_dtype": "fp8"},

@@ -23,6 +23,7 @@ import kernels
 from inference.model import AttentionMetadata, LlamaModel
 from kernels import _cpu
 from kernels._cpu import quant
+from tests.kernels.backend import use_backend
 from tests.kernels.block_model import block_model
 
 DATA = Path(__file__).with_name("data") / "characterisation.json"
@@ -99,7 +100,7 @@ def _drive(model: LlamaModel, layerwise: bool) -> list:
 
 
 def _case(monkeypatch, name, env, mode, native_gemm, bias, layerwise) -> list:
-    monkeypatch.setenv("LASER_KERNELS", env)
+    use_backend(monkeypatch, env)
     model = _model(bias)
     if mode != "none":
         model.pack_linears(mode, native_gemm=native_gemm)

@@ -1,0 +1,148 @@
+"""The kernel choices of one load, typed and made once.
+
+Which kernels run a step follows from four things, each fixed before the first step:
+
+- the backend (:class:`Backend`, ``LASER_KERNELS``, read once per process by
+  :mod:`kernels.dispatch`);
+- the matmul mode the projections are packed for (:class:`MatmulMode`), resolved against the
+  CPU once (:func:`resolve_matmul_mode`);
+- each layer's backend (``kernels.backends.LayerBackend``), chosen when its weights are packed;
+- under :attr:`MatmulMode.AUTO`, the side (:class:`Side`: the quantized blocks or the bfloat16
+  packs) for each step kind and row-count band, which depends on the CPU, so it is calibrated
+  on this machine's own step times (``inference.engine.sides``) or pinned by a crossover.
+
+:class:`KernelTable` records them for one load: the engine asks it, and nothing else, which
+packs run a step.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from kernels.backends import Packing
+
+
+class Backend(enum.StrEnum):
+    """Where the public kernels run (``LASER_KERNELS``)."""
+
+    AUTO = "auto"  # Triton on CUDA tensors, the C kernels on CPU ones where they build
+    TRITON = "triton"  # always Triton (CPU tensors need TRITON_INTERPRET=1)
+    NATIVE = "native"  # the C kernels on CPU tensors; an error where they do not build
+    REFERENCE = "reference"  # always the plain PyTorch reference
+
+    @classmethod
+    def parse(cls, value: str, source: str = "LASER_KERNELS") -> Backend:
+        """``value`` (any case, blank: ``auto``) as a backend; ValueError naming ``source``."""
+        value = value.strip().lower() or "auto"
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{source}={value!r}: expected one of "
+                             f"{', '.join(b.value for b in cls)}") from None
+
+
+class MatmulMode(enum.StrEnum):
+    """What a model's CPU projections are packed for (``kernels.packing``)."""
+
+    OWN = "own"  # each weight in its own dtype (oneDNN-packed on a CPU)
+    BF16 = "bfloat16"  # a float32 model's projections in bfloat16: mixed precision
+    QUANT = "quant"  # the GGUF's quantized blocks, activations in two int8 parts
+    Q8 = "q8"  # the same with one part in decode steps (llama.cpp's arithmetic)
+    AUTO = "auto"  # both QUANT and BF16 packs, a side per step kind and band
+
+    @property
+    def quantized(self) -> bool:
+        return self in (MatmulMode.QUANT, MatmulMode.Q8)
+
+    @classmethod
+    def of(cls, value: MatmulMode | torch.dtype | str | None) -> MatmulMode:
+        """A mode from what callers outside the engine pass: None (``OWN``), ``torch.bfloat16``
+        (``BF16``), a mode or its name."""
+        if value is None:
+            return cls.OWN
+        if isinstance(value, torch.dtype):
+            if value != torch.bfloat16:
+                raise ValueError(f"no matmul mode packs projections as {value}")
+            return cls.BF16
+        return cls(value)
+
+
+class Side(enum.IntEnum):
+    """Which of AUTO's two packings runs a step."""
+
+    QUANT = 0
+    BF16 = 1
+
+
+def resolve_matmul_mode(requested: MatmulMode, model_dtype: torch.dtype, cpu: bool,
+                        quant: bool, bf16: bool) -> MatmulMode:
+    """The mode a load packs for: ``requested`` where this machine serves it (``quant``: the
+    quantized matmul builds; ``bf16``: native bfloat16 matmuls), else what it falls back to.
+    Only a float32 model on a CPU packs for another dtype than its own."""
+    if not cpu or requested is MatmulMode.OWN:
+        return MatmulMode.OWN
+    if requested.quantized:
+        return requested if model_dtype == torch.float32 else MatmulMode.OWN
+    if model_dtype != torch.float32:
+        return MatmulMode.OWN
+    if requested is MatmulMode.AUTO:
+        if quant:
+            return MatmulMode.AUTO if bf16 else MatmulMode.QUANT
+        return MatmulMode.BF16 if bf16 else MatmulMode.OWN
+    return requested
+
+
+class BandChooser(Protocol):
+    """The side per step kind and row-count band under ``AUTO``."""
+
+    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> Side: ...
+
+    def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Crossover:
+    """A pinned band split: steps of at most ``max_rows`` tokens on the quantized blocks,
+    wider ones on the bfloat16 packs, whatever their kind; nothing is learned."""
+
+    max_rows: int
+
+    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> Side:
+        return Side.BF16 if n > self.max_rows else Side.QUANT
+
+    def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class KernelTable:
+    """One load's kernel choices: the matmul ``mode`` it asked for (resolved against the CPU),
+    the ``backend``, whether its layers run on the C kernels (``native``: a float32 model on a
+    CPU where they build, with a float32 or float16 KV cache), the packings a step may switch
+    between (none where the model keeps the one it packed; under ``AUTO`` one per
+    :class:`Side`) and, under ``AUTO``, the ``bands`` that pick a side per step kind and row
+    count."""
+
+    mode: MatmulMode
+    backend: Backend
+    native: bool = False
+    packings: dict[Side, Packing] = field(default_factory=dict)
+    bands: BandChooser | None = None
+
+    @property
+    def two_sided(self) -> bool:
+        return self.bands is not None and len(self.packings) == 2
+
+    def side(self, n: int, prompt: bool, explore: bool) -> Side | None:
+        """The side a step of ``n`` tokens runs on, or None where there is one packing."""
+        return self.bands.choose(n, prompt, explore) if self.two_sided and self.bands else None
+
+    def observe(self, n: int, side: Side, seconds: float, prompt: bool) -> None:
+        """A whole step of ``n`` tokens on ``side`` took ``seconds``: the bands learn."""
+        if self.bands is not None:
+            self.bands.observe(n, side, seconds, prompt)
