@@ -57,11 +57,13 @@ def guides() -> list[Guide]:
 
 
 def _head(text: str) -> tuple[str, str]:
-    lines = [line.strip() for line in text.splitlines()]
+    """(first heading, first plain paragraph without its backticks)."""
+    lines = text.splitlines()
     title = next((line.lstrip("#").strip() for line in lines if line.startswith("#")), "")
-    summary = next((line for line in lines if line and not line.startswith(("#", "|", "`", "-",
-                                                                           "!", "<"))), "")
-    return title, summary
+    blocks = [b.strip() for b in text.split("\n\n")]
+    summary = next((b for b in blocks if b and not b.startswith(("#", "|", "```", "-", "!",
+                                                                  "<", ">", "1.", "Code:"))), "")
+    return title, " ".join(summary.replace("`", "").split())
 
 
 def rendered(path: Path) -> tuple[str, str]:
