@@ -99,6 +99,31 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+CONSTRAINT_KINDS = ("json_object", "json_schema", "tool_calls")
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What a request's output must match; the engine compiles it into a token mask per step.
+
+    ``kind``: ``json_object`` (any JSON object), ``json_schema`` (``schema``, JSON text) or
+    ``tool_calls`` (``schema``: a JSON array of ``{"name", "parameters"}``; the output is one
+    ``<tool_call>`` block per call, several when ``parallel``). ``strict``: unknown schema
+    keywords are refused instead of ignored. ``param`` is the API parameter a grammar that does
+    not compile is reported on.
+    """
+
+    kind: str
+    schema: str = ""
+    strict: bool = False
+    parallel: bool = False
+    param: str = "response_format"
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONSTRAINT_KINDS:
+            raise InvalidParameter(self.param, f"unknown constraint kind {self.kind!r}.")
+
+
 @dataclass(frozen=True, slots=True)
 class ContractTargets:
     """A tenant's contract for one tier, as plain numbers (seconds, tokens/s, fractions).
@@ -159,7 +184,9 @@ class EngineRequest:
     tenant id. ``in_contract`` is False for a tenant's traffic above its contract's rates
     (the gateway marks it; docs/simulator.md, "In contract and excess"): the scheduler serves
     every tenant's in-contract work of a tier before any tenant's excess, and demotes,
-    preempts and refuses excess first.
+    preempts and refuses excess first. ``constraint`` (None: free text) limits every
+    sampled token to those its grammar allows; ``tools`` (function definitions: name,
+    description, parameters) are shown to the model by its chat template.
     """
 
     request_id: str
@@ -176,6 +203,8 @@ class EngineRequest:
     deadline: float | None = None
     session_id: str | None = None
     in_contract: bool = True
+    constraint: Constraint | None = None
+    tools: list[dict] | None = None
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.prompt, self.messages, self.prompt_token_ids)]

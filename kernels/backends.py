@@ -169,23 +169,33 @@ class Packing:
             self._stacks[key] = stack
         return stack
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor,
-               exact: bool = False) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, exact: bool = False,
+               allowed: torch.Tensor | None = None) -> torch.Tensor:
         """``hidden`` ``[N, D]`` times the head ``weight`` ``[V, D]``: ``[N, V]``. ``exact``
         (a step with prompt tokens) scores with the head's own dtype unless ``quantized``.
 
         With a screening head the whole vocabulary is scored on it, then the ``SCREEN_TOP``
         best of each row again exactly: the greedy choice and the logits that carry the
-        probability mass are exact, the far tail is off by the screen's rounding."""
+        probability mass are exact, the far tail is off by the screen's rounding.
+        ``allowed`` (``[N, V]`` bool, a grammar's mask) is applied before the screen, so the
+        rescored tokens are the best allowed ones, and again after (a row with fewer than
+        ``SCREEN_TOP`` allowed tokens had forbidden ones rescored)."""
         if self.head_screen is None or (exact and not self.quantized):
-            return linear(hidden, weight, self.head_packed)
-        logits = linear(hidden, weight, self.head_screen)  # [N, vocab]
+            return _forbid(linear(hidden, weight, self.head_packed), allowed)
+        logits = _forbid(linear(hidden, weight, self.head_screen), allowed)  # [N, vocab]
         k = min(SCREEN_TOP, logits.shape[-1])
         if use_native(hidden) and _cpu.rescore_top(logits, hidden.contiguous(), weight, k):
-            return logits  # the same pass in C: no [N, K, hidden] gather, no topk
+            return _forbid(logits, allowed)  # the same pass in C: no gather, no topk
         top = logits.topk(k, dim=-1).indices  # [N, K]
         rescored = torch.einsum("nd,nkd->nk", hidden, weight[top])
-        return logits.scatter_(1, top, rescored)
+        return _forbid(logits.scatter_(1, top, rescored), allowed)
+
+
+def _forbid(logits: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """-inf where ``allowed`` is False (in place); ``logits`` as is without a mask."""
+    if allowed is None:
+        return logits
+    return logits.masked_fill_(~allowed, float("-inf"))
 
 
 def unpacked(num_layers: int) -> Packing:

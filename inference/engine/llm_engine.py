@@ -32,6 +32,7 @@ from inference.sequence import SequenceStatus, sequences_from_request
 
 from .config import EngineConfig
 from .contention import CpuContention
+from .grammar import GrammarMasks, grammar_masks
 from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
 from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
@@ -100,6 +101,7 @@ class LLMEngine:
         self.last_step_empty = False  # the last step had nothing to run
         self._paused: _Paused | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
+        self.grammar: GrammarMasks | None = grammar_masks(loaded)
 
     # ---- requests ------------------------------------------------------------------------
     def encode(self, request: EngineRequest) -> list[int]:
@@ -113,7 +115,7 @@ class LLMEngine:
         elif self.tokenizer is None:
             raise InvalidParameter("prompt", "this model has no tokenizer; send token ids.")
         elif request.messages is not None:
-            ids, param = self._encode_chat(request.messages), "messages"
+            ids, param = self._encode_chat(request.messages, request.tools), "messages"
         else:
             ids, param = self.tokenizer.encode(request.prompt), "prompt"
         if not ids:
@@ -123,14 +125,25 @@ class LLMEngine:
             raise PromptTooLong(param, len(ids), max_tokens, self.max_model_len)
         if len(ids) + max_tokens > self.max_model_len:
             raise PromptTooLong("max_tokens", len(ids), max_tokens, self.max_model_len)
+        if request.constraint is not None:  # compiled here, off the engine thread, cached
+            self._grammar(request).compiler.compile(request.constraint)
         return ids
 
-    def _encode_chat(self, messages: list[dict]) -> list[int]:
+    def _grammar(self, request: EngineRequest) -> GrammarMasks:
+        if self.grammar is None:
+            assert request.constraint is not None
+            raise InvalidParameter(request.constraint.param,
+                                   "this model has no tokenizer to constrain its output with.")
+        return self.grammar
+
+    def _encode_chat(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         from inference.tokenizer import ChatTemplateError
 
         if not isinstance(messages, list) or not messages:
             raise InvalidParameter("messages", "'messages' must be a non-empty list.")
         try:
+            if tools:
+                return self.loaded.encode_chat(messages, add_generation_prompt=True, tools=tools)
             return self.loaded.encode_chat(messages, add_generation_prompt=True)
         except ChatTemplateError as exc:
             raise InvalidParameter("messages", str(exc)) from exc
@@ -144,9 +157,13 @@ class LLMEngine:
         if seed is None:  # still a function of position: reproducible within the request
             seed = random.getrandbits(63)
         state = make_state(request, ids, seqs, seed, self.tokenizer)
+        matchers = [] if request.constraint is None else [
+            self._grammar(request).matcher(seq.seq_id, request.constraint) for seq in seqs]
         with self._lock:
             if request.request_id in self._requests:
                 raise InvalidParameter("request_id", f"request {request.request_id!r} exists.")
+            if self.grammar is not None:
+                self.grammar.add(matchers)
             self.scheduler.add(seqs, time.time())
             self._requests[request.request_id] = state
             for choice in state.choices:
@@ -209,6 +226,8 @@ class LLMEngine:
                     return deltas
             else:
                 batch = self.runner.prepare(plan, self.scheduler.seqs)
+                if self.grammar:  # the masks fill on a worker thread while the layers run
+                    batch.allowed = self.grammar.begin(batch.sample_seq_ids)
                 rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
                 # a pausable step stops for hot work at this time (or on a hot arrival)
                 due = plan.pause_until if paused is None else None
@@ -277,6 +296,8 @@ class LLMEngine:
         None for a forward split across steps."""
         out = self.sampler.sample(logits, rows)
         contention = self._contention.sample(time.monotonic())
+        if self.grammar:
+            self.grammar.consume(batch.sample_seq_ids, out.token_ids)
         with self._lock:
             now = time.time()
             if contention is not None:
@@ -347,6 +368,8 @@ class LLMEngine:
         self._requests.pop(state.request.request_id, None)
         for choice in state.choices:
             self._choices.pop(choice.seq.seq_id, None)
+        if state.request.constraint is not None and self.grammar is not None:
+            self.grammar.remove(c.seq.seq_id for c in state.choices)
 
     # ---- introspection -------------------------------------------------------------------
     def stats(self) -> EngineStats:

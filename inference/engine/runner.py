@@ -42,7 +42,9 @@ class BatchInputs:
     """One step's model inputs, already on the runner's device.
 
     ``sample_rows`` are the flat-batch rows whose logits are needed (the last row of each
-    sequence that samples), in the order of ``sample_seq_ids``.
+    sequence that samples), in the order of ``sample_seq_ids``. ``allowed``, when set, waits
+    for the step's grammar mask (``[N, vocab]`` bool, True = allowed; None: no constrained
+    row), filled while the layers run; the LM head screens allowed tokens only.
     """
 
     input_ids: torch.Tensor        # [T] int64
@@ -53,6 +55,7 @@ class BatchInputs:
     block_copies: tuple[BlockCopy, ...] = ()
     side: Side | None = None  # under ``AUTO``: the packs it runs on, chosen at its first layer
     explore: bool = True  # under ``AUTO``: may try the slower side (no hot stream in it)
+    allowed: Callable[[], torch.Tensor | None] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -272,7 +275,9 @@ class ModelRunner:
         if not batch.sample_seq_ids:
             return hidden.new_empty((0, 0), dtype=torch.float32)
         rows = hidden.index_select(0, batch.sample_rows)
-        return self.model.compute_logits(rows, exact=not batch.meta.is_decode_only).float()
+        allowed = batch.allowed() if batch.allowed is not None else None
+        return self.model.compute_logits(rows, exact=not batch.meta.is_decode_only,
+                                         allowed=allowed).float()
 
 
 class LayerwiseForward:

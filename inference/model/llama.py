@@ -143,11 +143,13 @@ class LlamaModel(nn.Module):
         """Final residual add + RMSNorm after the last layer."""
         return kernels.final_norm(hidden, self.norm, self.config.rms_norm_eps, residual)
 
-    def compute_logits(self, hidden: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, exact: bool = False,
+                       allowed: torch.Tensor | None = None) -> torch.Tensor:
         """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled. `exact`
-        (a step with prompt tokens) scores with the model's own head, no screening
+        (a step with prompt tokens) scores with the model's own head, no screening;
+        `allowed` (`[N, vocab]` bool) leaves -inf on the tokens a grammar forbids
         (`kernels.backends.Packing.logits`)."""
-        return self.packing.logits(hidden, self.head, exact)
+        return self.packing.logits(hidden, self.head, exact, allowed)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
