@@ -28,6 +28,7 @@ from inference.request import (
     SEED_RANGE,
 )
 from laser_platform import openapi_drf  # the DRF views' annotations register on import
+from laser_platform import openapi_tools as tools
 from laser_platform.openapi_shapes import error_responses, nullable, ref
 
 MAX_INT = 2**31 - 1
@@ -83,12 +84,8 @@ _COMMON_FIELDS: dict[str, Any] = {
 # OpenAI features Laser refuses (400 unsupported_parameter) unless given their neutral value
 # (apps.gateway.features).
 _CHAT_NEUTRAL: dict[str, Any] = {
-    "tools": nullable({"type": "array", "maxItems": 0}),
     "functions": nullable({"type": "array", "maxItems": 0}),
-    "tool_choice": nullable({"const": "none"}),
     "function_call": nullable({"const": "none"}),
-    "response_format": nullable({"type": "object", "required": ["type"],
-                                 "properties": {"type": {"const": "text"}}}),
     "modalities": nullable({"type": "array", "items": {"const": "text"}, "minItems": 1,
                             "maxItems": 1}),
     "store": nullable({"const": False}),
@@ -110,16 +107,8 @@ def _only_with(field: str, needs: str) -> dict[str, Any]:
 
 _TEXT_PART = {"type": "object", "required": ["type", "text"],
               "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
-MESSAGE = {
-    "type": "object",
-    "required": ["role", "content"],
-    "properties": {
-        "role": {"enum": ["system", "developer", "user", "assistant"],
-                 "description": "`tool` and `function` messages are refused (no tool calling)"},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]},
-        **{name: {"type": "null"} for name in ("tool_calls", "function_call", "audio")},
-    },
-}
+MESSAGE = tools.messages(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]})
 _TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
 PROMPT = {"anyOf": [
     {"type": "string", "minLength": 1}, _TOKEN_IDS,
@@ -139,9 +128,12 @@ def chat_request(model: str) -> dict[str, Any]:
             "max_completion_tokens": _integer(1, MAX_INT),
             "logprobs": nullable({"type": "boolean"}),
             "top_logprobs": _integer(0, MAX_TOP_LOGPROBS),
+            "response_format": tools.RESPONSE_FORMAT, "tools": tools.TOOLS,
+            "tool_choice": tools.TOOL_CHOICE, "parallel_tool_calls": tools.PARALLEL_TOOL_CALLS,
             **_COMMON_FIELDS, **_CHAT_NEUTRAL,
         },
-        "allOf": [_only_with("stream_options", "stream"), _only_with("top_logprobs", "logprobs")],
+        "allOf": [_only_with("stream_options", "stream"), _only_with("top_logprobs", "logprobs"),
+                  tools.tool_choice_needs_tools()],
     }
 
 
@@ -162,7 +154,7 @@ def completion_request(model: str) -> dict[str, Any]:
 _USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
           "properties": {k: {"type": "integer", "minimum": 0}
                          for k in ("prompt_tokens", "completion_tokens", "total_tokens")}}
-_FINISH = {"enum": ["stop", "length"]}
+_FINISH = {"enum": ["stop", "length", "tool_calls"]}
 
 
 def _completion_object(kind: str, choice: dict[str, Any]) -> dict[str, Any]:
@@ -186,9 +178,7 @@ CHAT_COMPLETION = _completion_object("chat.completion", {
     "type": "object", "required": ["index", "message", "finish_reason"],
     "properties": {"index": {"type": "integer"}, "finish_reason": _FINISH,
                    "logprobs": {"type": ["object", "null"]},
-                   "message": {"type": "object", "required": ["role", "content"],
-                               "properties": {"role": {"const": "assistant"},
-                                              "content": {"type": "string"}}}}})
+                   "message": tools.ANSWER_MESSAGE}})
 TEXT_COMPLETION = _completion_object("text_completion", {
     "type": "object", "required": ["index", "text", "finish_reason"],
     "properties": {"index": {"type": "integer"}, "finish_reason": _FINISH,

@@ -1,7 +1,7 @@
 """OpenAI features Laser knows about but does not implement: refused with 400 naming them.
 
 A field is refused when it is present with a value that asks for the feature; the neutral value
-(``None``, ``response_format: {"type": "text"}``, ``modalities: ["text"]``, an empty
+(``None``, ``modalities: ["text"]``, an empty
 ``logit_bias``, ``store: false``...) is accepted, because SDKs and proxies send those by default.
 """
 
@@ -19,10 +19,6 @@ def _absent(value: Any) -> bool:
 
 def _empty(value: Any) -> bool:
     return value is None or value == [] or value == {}
-
-
-def _text_format(value: Any) -> bool:
-    return value is None or (isinstance(value, dict) and value.get("type") == "text")
 
 
 def _text_only(value: Any) -> bool:
@@ -43,11 +39,8 @@ _COMMON: dict[str, Callable[[Any], bool]] = {
 
 _CHAT: dict[str, Callable[[Any], bool]] = {
     **_COMMON,
-    "tools": _empty,
-    "tool_choice": lambda v: v is None or v == "none",
     "functions": _empty,
     "function_call": lambda v: v is None or v == "none",
-    "response_format": _text_format,
     "audio": _absent,
     "modalities": _text_only,
     "prediction": _absent,

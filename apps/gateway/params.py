@@ -17,7 +17,8 @@ from django.conf import settings
 
 from apps.core.errors import APIError, BadRequestError, NotFoundError
 from apps.core.tiers import TIERS
-from apps.gateway import features
+from apps.gateway import constraints, features, tool_calls
+from apps.gateway.constraints import ToolUse
 from inference.errors import InvalidParameter
 from inference.request import EngineRequest, Profile, SamplingParams, Tier
 
@@ -46,6 +47,7 @@ class ParsedRequest:
     top_logprobs: int = 0
     max_tokens_given: bool = True
     user: str | None = None
+    tools: ToolUse | None = None  # the answer is read for tool calls when ``tools.calls``
 
     @property
     def request_id(self) -> str:
@@ -78,10 +80,25 @@ def parse_chat_request(body: Any, *, tenant: Any, contract: Any,
         raise bad("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.")
     max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
         else "max_tokens"
-    return _build(body, CHAT, tenant=tenant, contract=contract, messages=messages,
-                  request_id=request_id or f"chatcmpl-{uuid.uuid4().hex}", deadline=deadline,
-                  session_id=session_id, logprobs=logprobs, top_logprobs=top_logprobs,
-                  max_key=max_key)
+    tools = constraints.tool_use(body)
+    parsed = _build(body, CHAT, tenant=tenant, contract=contract, messages=messages,
+                    request_id=request_id or f"chatcmpl-{uuid.uuid4().hex}", deadline=deadline,
+                    session_id=session_id, logprobs=logprobs, top_logprobs=top_logprobs,
+                    max_key=max_key)
+    constrain(parsed, tools, body.get("response_format"))
+    return parsed
+
+
+def constrain(parsed: ParsedRequest, tools: ToolUse | None, response_format: Any,
+              param: str = "response_format") -> None:
+    """Set the request's tools and constraint: a required or named tool call's grammar, else
+    the response format's; ``tool_choice: none`` shows no tools."""
+    request = parsed.engine_request
+    parsed.tools = tools
+    if tools is not None and tools.calls:
+        request.tools = list(tools.tools)
+    request.constraint = (tools.constraint() if tools is not None else None) or \
+        constraints.response_format(response_format, param)
 
 
 def parse_completion_request(body: Any, *, tenant: Any, contract: Any,
@@ -234,7 +251,8 @@ def _messages(value: Any) -> list[dict]:
     return [_message(i, m) for i, m in enumerate(value)]
 
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+          "tool": "tool"}
 
 
 def _message(i: int, message: Any) -> dict:
@@ -242,16 +260,31 @@ def _message(i: int, message: Any) -> dict:
     if not isinstance(message, dict):
         raise bad(where, f"'{where}' must be an object.", "invalid_type")
     role = message.get("role")
-    if role in ("tool", "function"):
-        raise bad(f"{where}.role", f"'{role}' messages are not supported (no tool calling).",
+    if role == "function":
+        raise bad(f"{where}.role", "'function' messages are not supported: use 'tool'.",
                   "unsupported_parameter")
     if not isinstance(role, str) or role not in _ROLES:
         raise bad(f"{where}.role", f"'{where}.role' must be one of {sorted(_ROLES)}.")
-    for key in ("tool_calls", "function_call", "audio"):
+    for key in ("function_call", "audio"):
         if message.get(key) is not None:
             raise bad(f"{where}.{key}", f"'{key}' in messages is not supported.",
                       "unsupported_parameter")
-    return {"role": _ROLES[role], "content": _content(where, message.get("content"))}
+    calls = message.get("tool_calls")
+    content = message.get("content")
+    if content is None and (calls or role == "assistant"):
+        content = ""  # an assistant turn that only called tools
+    out: dict[str, Any] = {"role": _ROLES[role], "content": _content(where, content)}
+    if calls is not None:
+        if role != "assistant":
+            raise bad(f"{where}.tool_calls", "only assistant messages carry 'tool_calls'.")
+        out["tool_calls"] = tool_calls.message_calls(calls, f"{where}.tool_calls")
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise bad(f"{where}.tool_call_id", f"'{where}.tool_call_id' must be a string.",
+                      "missing_required_parameter")
+        out["tool_call_id"] = call_id
+    return out
 
 
 def _content(where: str, content: Any) -> str:

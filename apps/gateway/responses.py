@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apps.gateway import tool_calls
 from apps.gateway.collect import ChoiceResult, Completion
 from apps.gateway.params import CHAT, ParsedRequest
 from inference.request import Delta, Tier, TierChange
@@ -89,10 +90,28 @@ def _choice(parsed: ParsedRequest, choice: ChoiceResult, text: TokenText) -> dic
     logprobs = _logprobs_of(parsed, choice.token_ids, choice.logprobs, choice.top_logprobs, text)
     finish = FINISH.get(choice.finish_reason or "", "stop")
     if parsed.endpoint == CHAT:
+        message: dict[str, Any] = {"role": "assistant", "content": choice.text,
+                                   "refusal": None}
+        if reads_calls(parsed):
+            calls = tool_calls.parse(choice.text)
+            if calls.calls:
+                message["content"] = calls.content.strip() or None
+                message["tool_calls"] = [c.openai() for c in calls.calls]
+                finish = calls_finish(finish)
         return {"index": choice.index, "finish_reason": finish, "logprobs": logprobs,
-                "message": {"role": "assistant", "content": choice.text, "refusal": None}}
+                "message": message}
     return {"index": choice.index, "finish_reason": finish, "logprobs": logprobs,
             "text": choice.text}
+
+
+def reads_calls(parsed: ParsedRequest) -> bool:
+    """Whether the answer is read for tool calls (``tools`` given, ``tool_choice`` not none)."""
+    return parsed.tools is not None and parsed.tools.calls
+
+
+def calls_finish(finish: str) -> str:
+    """A natural end after tool calls is OpenAI's ``tool_calls``; ``length`` stays."""
+    return "tool_calls" if finish == "stop" else finish
 
 
 def completion_body(parsed: ParsedRequest, result: Completion, text: TokenText) -> dict:
@@ -125,6 +144,7 @@ class ChunkMaker:
         self.created = int(time.time())
         self._started: set[int] = set()
         self._offsets: dict[int, int] = {}
+        self._calls: dict[int, tool_calls.CallParser] = {}
         self.object = "chat.completion.chunk" if parsed.endpoint == CHAT else "text_completion"
 
     def _envelope(self, tier: Tier, choices: list[dict]) -> dict[str, Any]:
@@ -140,6 +160,8 @@ class ChunkMaker:
         finish = FINISH.get(d.finish_reason or "") if d.finish_reason else None
         if self.parsed.endpoint == CHAT:
             body: dict[str, Any] = {"content": d.text}
+            if reads_calls(self.parsed):
+                finish = self._calls_delta(d, body, finish)
             if d.index not in self._started:
                 self._started.add(d.index)
                 body["role"] = "assistant"
@@ -156,6 +178,20 @@ class ChunkMaker:
         if d.tier_change is not None:
             chunk["laser"] = {"tier": str(d.tier), "tier_change": tier_change_info(d.tier_change)}
         return chunk
+
+    def _calls_delta(self, d: Delta, body: dict[str, Any], finish: str | None) -> str | None:
+        """Content and ``tool_calls`` entries of one delta, parsed as the text comes."""
+        parser = self._calls.setdefault(d.index, tool_calls.CallParser())
+        events = parser.feed(d.text)
+        if d.finish_reason is not None:
+            end = parser.finish()
+            events.content += end.content
+            events.arguments += end.arguments
+        body["content"] = events.content or (None if parser.calls else "")
+        entries = events.stream_entries()
+        if entries:
+            body["tool_calls"] = entries
+        return calls_finish(finish) if finish is not None and parser.calls else finish
 
     def usage_chunk(self, result: Completion) -> dict[str, Any]:
         """The last chunk when ``stream_options.include_usage``: no choices, just usage."""

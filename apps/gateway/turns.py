@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apps.core.errors import APIError, BadRequestError
-from apps.gateway import serving
+from apps.gateway import serving, tool_calls
 from apps.gateway.params import CHAT, served_model_id
-from apps.gateway.responses import tier_change_info
+from apps.gateway.responses import calls_finish, reads_calls, tier_change_info
 from apps.gateway.slots import Caller
 from apps.slo.services import tbt_stats
 from inference.request import Delta
@@ -83,6 +83,19 @@ async def run_turn(session: Session, params: dict[str, Any], *, caller: Caller,
         result = await served.complete(relay)
     except APIError as exc:
         return exc
-    session.history.append({"role": "assistant", "content": result.text})
-    emit(_done_message(session, result))
+    done = _done_message(session, result)
+    session.history.append(_answer(served, result, done))
+    emit(done)
     return None
+
+
+def _answer(served: serving.Served, result: Any, done: dict[str, Any]) -> dict[str, Any]:
+    """The assistant turn for the history; its tool calls also go into ``done``."""
+    if served.parsed is None or not reads_calls(served.parsed):
+        return {"role": "assistant", "content": result.text}
+    parsed = tool_calls.parse(result.text)
+    if not parsed.calls:
+        return {"role": "assistant", "content": result.text}
+    calls = [c.openai() for c in parsed.calls]
+    done.update(tool_calls=calls, finish_reason=calls_finish(done["finish_reason"]))
+    return {"role": "assistant", "content": parsed.content.strip(), "tool_calls": calls}

@@ -16,6 +16,7 @@ from typing import Any
 
 from inference import errors
 from inference.request import (
+    Constraint,
     ContractTargets,
     Delta,
     EngineRequest,
@@ -43,7 +44,8 @@ def request_to_wire(req: EngineRequest) -> dict[str, Any]:
         "profile": asdict(req.profile) if req.profile is not None else None,
         "cache_salt": req.cache_salt, "arrival_time": req.arrival_time,
         "deadline": req.deadline, "session_id": req.session_id,
-        "in_contract": req.in_contract,
+        "in_contract": req.in_contract, "tools": req.tools,
+        "constraint": asdict(req.constraint) if req.constraint is not None else None,
     }
 
 
@@ -59,7 +61,8 @@ def request_from_wire(data: dict[str, Any]) -> EngineRequest:
         profile=Profile(**data["profile"]) if data.get("profile") else None,
         cache_salt=data["cache_salt"], arrival_time=data["arrival_time"],
         deadline=data["deadline"], session_id=data["session_id"],
-        in_contract=bool(data.get("in_contract", True)),
+        in_contract=bool(data.get("in_contract", True)), tools=data.get("tools"),
+        constraint=Constraint(**data["constraint"]) if data.get("constraint") else None,
     )
 
 

@@ -51,13 +51,13 @@ def test_duplicate_custom_id_is_a_file_error_on_the_second_occurrence(cold):
 
 
 def test_a_body_the_endpoint_refuses_is_a_line_level_refusal(cold):
-    rows = [chat_line("ok", "fine"), chat_line("tools", "x", tools=[{"type": "function"}]),
+    rows = [chat_line("ok", "fine"), chat_line("tools", "x", tools=[{"type": "retrieval"}]),
             chat_line("temp", "x", temperature=5), chat_line("model", "x", model="gpt-9")]
     result = _validate(cold, rows)
     assert result.ok
     refusals = {x.custom_id: x.refusal for x in result.lines}
     assert refusals["ok"] is None
-    assert (refusals["tools"].status, refusals["tools"].param) == (400, "tools")
+    assert (refusals["tools"].status, refusals["tools"].param) == (400, "tools[0].type")
     assert (refusals["temp"].status, refusals["temp"].param) == (400, "temperature")
     assert (refusals["model"].status, refusals["model"].param) == (404, "model")
 

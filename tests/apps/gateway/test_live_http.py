@@ -52,11 +52,14 @@ BAD = [
     ("stream_options without stream", "POST", JSON,
      _chat(stream_options={"include_usage": True}), 400, "stream_options"),
     ("unknown service_tier", "POST", JSON, _chat(service_tier="gold"), 400, "service_tier"),
-    ("response_format json", "POST", JSON, _chat(response_format={"type": "json_object"}), 400,
-     "response_format"),
+    ("response_format xml", "POST", JSON, _chat(response_format={"type": "xml"}), 400,
+     "response_format.type"),
+    ("an uncompilable schema", "POST", JSON, _chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "strict": True,
+                                               "schema": {"not": {}}}}), 400, "response_format"),
     ("no messages", "POST", JSON, json.dumps({"model": MODEL}).encode(), 400, "messages"),
-    ("a tool message", "POST", JSON, _chat(messages=[{"role": "tool", "content": "x"}]), 400,
-     "messages[0].role"),
+    ("a tool message without its call", "POST", JSON,
+     _chat(messages=[{"role": "tool", "content": "x"}]), 400, "messages[0].tool_call_id"),
     ("no model", "POST", JSON, json.dumps({"messages": HI}).encode(), 400, "model"),
     ("an unknown model", "POST", JSON, _chat(model="gpt-4o"), 404, "model"),
     # issue 41: the tokeniser raised UnicodeEncodeError (500), json.loads RecursionError (500)

@@ -123,13 +123,13 @@ def test_text_completions_and_sdk_errors(laser_server, tiny_engine, contracted):
         client.chat.completions.create(model=MODEL, messages=HI, service_tier="flex")
     with pytest.raises(openai.BadRequestError) as tools:
         client.chat.completions.create(model=MODEL, messages=HI, tools=[
-            {"type": "function", "function": {"name": "f", "parameters": {}}}])
+            {"type": "retrieval"}])
     with pytest.raises(openai.NotFoundError) as model:
         client.chat.completions.create(model="gpt-4o", messages=HI)
     with pytest.raises(openai.AuthenticationError):
         _client(laser_server, "sk-wrong").chat.completions.create(model=MODEL, messages=HI)
     assert (no_contract.value.param, tools.value.param, model.value.code) == \
-        ("service_tier", "tools", "model_not_found")
+        ("service_tier", "tools[0].type", "model_not_found")
 
 
 @pytest.mark.slow

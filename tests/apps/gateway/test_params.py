@@ -92,7 +92,7 @@ def test_completion_prompt_forms_and_logprobs():
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
     ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages[0].content[0].type"),
@@ -106,11 +106,8 @@ def test_bad_chat_values_are_400_naming_the_param(body, param):
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"tool_choice": "auto"}, "tool_choice"),
     ({"functions": [{"name": "f"}]}, "functions"),
     ({"function_call": "auto"}, "function_call"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"logit_bias": {"50256": -100}}, "logit_bias"),
     ({"audio": {"voice": "alloy"}}, "audio"),
     ({"modalities": ["text", "audio"]}, "modalities"),
