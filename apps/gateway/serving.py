@@ -274,6 +274,7 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
             body, tenant=caller.tenant, contract=contract,
             request_id=request_id, session_id=session_id, deadline=deadline)
         trace.request_id = parsed.request_id
+        trace.constraint = getattr(parsed.engine_request.constraint, "kind", "")
         slots.acquire(caller)
         served.slot = True
         admission.inflight.acquire()

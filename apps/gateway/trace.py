@@ -58,6 +58,7 @@ class Trace:
     deadline: float | None = None
     user_id: int | None = None  # a signed-in user's turn (web chat, a web-app batch)
     in_contract: bool = True  # admitted within the contract's rates (False: excess)
+    constraint: str = ""  # the kind of grammar its output was held to ("" = free text)
     done: bool = False
 
     def discard(self) -> None:
@@ -84,7 +85,7 @@ class Trace:
                 tier_asked=self.tier_asked, tier_served=tier_served,
                 demoted=bool(result and result.demoted), in_contract=self.in_contract,
                 endpoint=self.endpoint,
-                streamed=self.streamed, arrival=self.arrival,
+                streamed=self.streamed, constraint=self.constraint, arrival=self.arrival,
                 first_token_at=result.first_token_at if result else None,
                 finished_at=time.time(), ttft_s=result.ttft_s if result else None,
                 tbt_p50_s=p50, tbt_p99_s=p99, tbt_max_s=tmax,

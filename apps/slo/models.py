@@ -171,6 +171,8 @@ class RequestRecord(models.Model):
     in_contract = models.BooleanField(default=True)
     endpoint = models.CharField(max_length=64, blank=True)
     streamed = models.BooleanField(default=False)
+    # the grammar its output was held to: json_object, json_schema, tool_calls ("" = free)
+    constraint = models.CharField(max_length=16, blank=True, default="")
     arrival = models.DateTimeField()
     first_token_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField()

@@ -39,6 +39,7 @@ class RequestReport:
     in_contract: bool = True  # False: admitted as excess (above the contract's rates)
     endpoint: str = ""
     streamed: bool = False
+    constraint: str = ""  # json_object, json_schema or tool_calls: its output was held to it
     first_token_at: Timestamp = None
     ttft_s: float | None = None
     tbt_p50_s: float | None = None

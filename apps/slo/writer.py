@@ -28,6 +28,7 @@ def _record(report: RequestReport) -> RequestRecord:
         in_contract=report.in_contract,
         endpoint=report.endpoint[:64],
         streamed=report.streamed,
+        constraint=report.constraint[:16],
         arrival=to_datetime(report.arrival),
         first_token_at=to_datetime(report.first_token_at),
         finished_at=to_datetime(report.finished_at),
