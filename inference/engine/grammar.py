@@ -186,6 +186,7 @@ class GrammarMasks:
         self._matchers: dict[str, llg.LLMatcher] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
         self._executor: llg.LLExecutor | None = None
+        self._cut: set[str] = set()  # ended on an end token their grammar did not accept
 
     def matcher(self, seq_id: str, constraint: Constraint) -> tuple[str, llg.LLMatcher]:
         """A sequence's fresh matcher, for ``add`` (built outside the engine's lock)."""
@@ -197,6 +198,12 @@ class GrammarMasks:
     def remove(self, seq_ids: Iterable[str]) -> None:
         for seq_id in seq_ids:
             self._matchers.pop(seq_id, None)
+            self._cut.discard(seq_id)
+
+    def cut_short(self, seq_id: str) -> bool:
+        """Whether the sequence ended before its grammar was complete (a dead end: no token
+        of the vocabulary could continue it, so only the end token was left)."""
+        return seq_id in self._cut
 
     def __bool__(self) -> bool:
         return bool(self._matchers)
@@ -229,9 +236,14 @@ class GrammarMasks:
 
     def consume(self, seq_ids: Sequence[str], token_ids: Sequence[int]) -> None:
         """Advance the constrained rows' matchers by their sampled tokens."""
+        eos = self.compiler.eos_ids
         for seq_id, token in zip(seq_ids, token_ids):
             m = self._matchers.get(seq_id)
-            if m is not None and not m.is_stopped():
+            if m is None:
+                continue
+            if token in eos and not m.is_accepting():
+                self._cut.add(seq_id)
+            elif not m.is_stopped():
                 m.consume_token(token)
 
 

@@ -328,6 +328,9 @@ class LLMEngine:
             if entry is None or entry[1].done:
                 continue  # aborted while the forward ran
             state, choice = entry
+            if self.grammar is not None and self.grammar.cut_short(seq_id) and \
+                    choice.seq.status is SequenceStatus.FINISHED_STOPPED:
+                choice.seq.status = SequenceStatus.FINISHED_LENGTH  # never reported as valid
             token = choice.seq.output_token_ids[-1]
             logprob = out.logprobs[j] if out.logprobs is not None else None
             top = out.top_logprobs[j] if out.top_logprobs is not None else None

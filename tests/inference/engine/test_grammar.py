@@ -112,3 +112,18 @@ def test_a_compiler_without_an_end_token_is_refused():
     tok = tiny_tokenizer()
     with pytest.raises(ValueError):
         GrammarCompiler(tok, tok.vocab_size, ()).tokenizer
+
+
+def test_a_vocabulary_that_cannot_spell_the_grammar_ends_with_length(tmp_path):
+    """The live tests' tiny GGUF has 97 tokens and no '{': the grammar dead-ends, only the
+    end token is left, and the answer is reported cut short, never as a valid stop."""
+    from inference.engine import EngineConfig, LLMEngine
+    from inference.loaders import load_model
+    from tests.apps.gateway.live import write_tiny_model
+
+    path = write_tiny_model(tmp_path / "tiny.gguf")
+    engine = LLMEngine(EngineConfig(model=str(path), kv_memory_mb=4, max_model_len=256),
+                       loaded=load_model(str(path), use_cache=False))
+    _add(engine, _request("dead", Constraint("json_object"), seed=0, max_tokens=20))
+    _, text, finish = run(engine)["dead"][0]
+    assert finish == "length"
