@@ -23,6 +23,9 @@ from inference.errors import EngineUnavailable
 logger = logging.getLogger(__name__)
 
 _SAFE = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+# A turn handed back for a rate window comes back at most this late: Redis holds a message with
+# a countdown unacked in the worker, so it must stay well under the visibility timeout.
+MAX_COUNTDOWN_S = 300
 
 
 @shared_task(name="batches.validate", **_SAFE)
@@ -47,8 +50,9 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
         if result.next_first is not None:
             batch_touch(batch_id=batch_id)
             if result.resume_in > 0:
+                countdown = min(math.ceil(result.resume_in), MAX_COUNTDOWN_S)
                 enqueue.after_commit(enqueue.chunk_later, batch_id, result.next_first, last,
-                                     math.ceil(result.resume_in))
+                                     countdown)
             else:
                 enqueue.after_commit(enqueue.chunk, batch_id, result.next_first, last)
             return

@@ -96,3 +96,9 @@ def test_parallel_turns_split_a_batch_into_ranges(cold, upload, queue, engine, s
     assert queue.items == [("chunk", (batch.pk, 1, 3)), ("chunk", (batch.pk, 4, 5))]
     queue.drain()
     assert _status(batch) == "completed" and len(engine.requests) == 5
+
+
+def test_a_turn_never_waits_past_the_visibility_timeout(settings):
+    from apps.batches.tasks import MAX_COUNTDOWN_S
+
+    assert MAX_COUNTDOWN_S < settings.CELERY_VISIBILITY_TIMEOUT
