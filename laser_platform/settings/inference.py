@@ -73,7 +73,7 @@ LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTY
 # CPU projections: "auto" keeps the GGUF's quantized blocks (int8 activations on VNNI/AVX2) and
 # bfloat16 packs, and runs each step on the side this machine's own step times show faster at
 # its width (which side wins where differs between CPUs); "quant", "q8", "bfloat16" force one;
-# "float32" is the exact mode (equal to transformers); docs/engine.md, "Which matmul runs a
+# "float32" is the exact mode (equal to transformers); docs/engine.md, "Which kernels run a
 # step".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
 # auto: a fixed crossover instead of the learned one, the widest step (in tokens) run on the
