@@ -20,6 +20,11 @@ of the tenant) and, for batch lines, the tier, and owns in this order:
    budget left, a set one over it is 429 ``insufficient_quota``;
 5. the engine stream, folded into a ``Collector``.
 
+The database work ends before tokenisation: on a database server the sessions it opened in
+this request's thread are closed while the prompt is tokenised, so no stream holds one (200
+streams held 200 PostgreSQL sessions, past the server's 100); the SLO record is written by the
+reporting thread, not by the request.
+
 The ``Served`` it returns holds all of that, and ``Served.close`` releases it exactly once
 whatever the exit (finished, refused, failed, client gone, cancelled, engine worker died):
 slots, in-flight count, the engine request (aborted unless finished), the reservation settled to
@@ -38,6 +43,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
 
 from apps.core.errors import APIError, BadRequestError
 from apps.gateway import admission, ratelimit
@@ -284,12 +291,14 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         if refusal is not None:
             raise refusal
         check_prompt_size(parsed, stats)
-        prompt_ids = await encode(parsed, served.client)
+        # batch lines are paced at the contract's rates (a 429 retries later), never excess
+        burst = 1.0 if batch_id is not None else await admission.aburst_factor(caller.tenant)
+        # the request's database work is done until its end: its sessions go back meanwhile
+        prompt_ids = (await asyncio.gather(encode(parsed, served.client),
+                                           release_connections()))[0]
         request = parsed.engine_request
         ask = ratelimit.Ask(len(prompt_ids), request.sampling.max_tokens, request.sampling.n,
                             clip=not parsed.max_tokens_given)
-        # batch lines are paced at the contract's rates (a 429 retries later), never excess
-        burst = 1.0 if batch_id is not None else await admission.aburst_factor(caller.tenant)
         served.admitted = await admission.aadmit(tenant=caller.tenant, tier=tier,
                                                  contract=contract, ask=ask, burst_factor=burst)
         request.in_contract = served.trace.in_contract = served.admitted.in_contract
@@ -310,6 +319,28 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
         await served.close(outcome_for_error(mapped), code=error_code(mapped), book=book)
         raise mapped from exc
     return served
+
+
+def _close_connections() -> None:
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:  # a caller's transaction (a test's, a task's) stays
+            conn.close()
+
+
+def _server_sessions() -> bool:
+    from django.conf import settings
+
+    return any(not db["ENGINE"].endswith("sqlite3") for db in settings.DATABASES.values())
+
+
+async def release_connections() -> None:
+    """Close the database connections of this request's thread (the one its ORM calls ran
+    on); the next ORM call opens one again. Only for a database server, whose sessions are
+    counted: SQLite's are files, and reopening one costs its pragmas again."""
+    if _server_sessions():
+        await sync_to_async(_close_connections)()
 
 
 def refuse(caller: Caller, endpoint: str, exc: APIError) -> APIError:
