@@ -14,9 +14,9 @@ from apps.slo.models import ContractTerms, ContractVersion, SLOContract
 from apps.slo.report_types import BatchReport, RequestReport  # noqa: F401 (public API)
 from apps.slo.reporting import flush_reports, report_batch, report_request  # noqa: F401
 from apps.slo.stats import percentile, tbt_stats  # noqa: F401
-from apps.slo.validation import validate_contract
+from apps.slo.validation import clamp_to_bounds, validate_contract
 from apps.tenants.models import Tenant
-from apps.tenants.plans import plan_default_terms
+from apps.tenants.plans import plan_default_terms, tier_bounds
 
 
 def _version_differs(contract: SLOContract) -> bool:
@@ -105,3 +105,20 @@ def contracts_ensure_defaults(*, tenant: Tenant) -> list[SLOContract]:
             existing[tier] = contract_create(tenant=tenant, tier=tier, beyond_plan=True,
                                              created_by=PLAN_DEFAULTS_AUTHOR)
     return [existing[t] for t in TIERS]
+
+
+@transaction.atomic
+def contracts_clamp_to_plan(
+    *, tenant: Tenant | int, created_by: str, tiers: tuple[str, ...] = TIERS
+) -> list[SLOContract]:
+    """Clamp ``tenant``'s contracts for ``tiers`` to its plan's bounds: the terms outside them
+    move onto the bound, as a new version authored ``created_by`` (a contract within them,
+    terms staff signed beyond the old plan included, gets none). Runs when the tenant moves to
+    another plan or its plan's bounds change (``signals``), so no contract outlives the plan
+    it was signed under. Returns the contracts that changed."""
+    changed = []
+    for contract in SLOContract.objects.select_for_update().filter(tenant=tenant, tier__in=tiers):
+        terms = clamp_to_bounds(contract.terms(), tier_bounds(contract.tenant_id, contract.tier))
+        if terms:
+            changed.append(contract_update(contract=contract, created_by=created_by, **terms))
+    return changed

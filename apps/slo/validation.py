@@ -112,6 +112,20 @@ def check_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict
     return errors
 
 
+def clamp_to_bounds(terms: Mapping[str, object], bounds: TierBounds | None) -> dict[str, object]:
+    """The terms outside ``bounds`` moved onto them (an unlimited daily budget onto its
+    maximum); terms within them are left out: what a contract changes under a tighter plan."""
+    if bounds is None:
+        return {}
+    clamped: dict[str, object] = {}
+    for name, (bound_name, kind, _, _) in PLAN_BOUNDS.items():
+        bound = getattr(bounds, bound_name)
+        if bound is not None and name in terms and _outside(terms[name], bound, kind):
+            value = terms[name]
+            clamped[name] = type(value)(bound) if value is not None else bound
+    return clamped
+
+
 def validate_contract(
     terms: Mapping[str, object],
     *,

@@ -47,6 +47,16 @@ def tenant_create(
 
 
 @transaction.atomic
+def tenant_plan_change(*, tenant: Tenant, plan: Plan) -> Tenant:
+    """Move ``tenant`` to ``plan``. Its caps follow at once; the SLO app clamps its contracts
+    to the new plan's bounds in the same transaction (a receiver: a term outside them moves
+    onto the bound, as a new contract version authored by the change)."""
+    tenant.plan = plan
+    tenant.save(update_fields=["plan"])
+    return tenant
+
+
+@transaction.atomic
 def plan_ensure_default() -> Plan:
     """The default plan, created with ``DEFAULT_BOUNDS`` for every tier if none exists."""
     plan = default_plan()
