@@ -1,5 +1,9 @@
 """Password reset by e-mail through Django's own views (``EMAIL_BACKEND``: the console in
-development, ``LASER_EMAIL_BACKEND`` in production), with the web app's templates."""
+development, ``LASER_EMAIL_BACKEND`` in production), with the web app's templates.
+
+Requests are counted in the cache for an hour: past ``RESETS_PER_HOUR`` from one address the
+form answers 429; past it for one e-mail address no more mail is sent, while the page still
+says "check your e-mail" (it never tells whether an account has that address)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.core.cache import cache
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
 from django.urls import path, reverse_lazy
+
+RESETS_PER_HOUR = 5
 
 
 def _days() -> int:
@@ -23,6 +32,27 @@ class ResetView(auth_views.PasswordResetView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         self.extra_email_context = {"timeout_days": _days()}
         return super().get_context_data(**kwargs)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        address = self.request.META.get("REMOTE_ADDR", "")
+        if _spent(f"web:reset:addr:{address}"):
+            refused = render(self.request, "web/registration/password_reset_form.html",
+                             {"form": form, "throttled": True}, status=429)
+            refused["Retry-After"] = "3600"
+            return refused
+        if _spent(f"web:reset:email:{form.cleaned_data['email'].lower()}"):
+            return HttpResponseRedirect(self.get_success_url())
+        return super().form_valid(form)
+
+
+def _spent(key: str) -> bool:
+    """Count one more request under ``key`` (an hour's window); whether it is past the limit."""
+    cache.add(key, 0, timeout=3600)
+    try:
+        return cache.incr(key) > RESETS_PER_HOUR
+    except ValueError:  # expired between add and incr: a fresh window
+        cache.set(key, 1, timeout=3600)
+        return False
 
 
 class ResetDoneView(auth_views.PasswordResetDoneView):

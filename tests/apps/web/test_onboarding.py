@@ -4,6 +4,7 @@ prefix, the guides of ``docs/`` rendered, the favicon, and password reset by e-m
 from __future__ import annotations
 
 import re
+import secrets
 
 import pytest
 from django.core import mail
@@ -67,12 +68,15 @@ def test_the_favicon_is_served(client):
 
 
 def test_password_reset_by_email_sets_a_new_password(user_factory, client):
-    user_factory(username="ada", email="ada@example.com", password="old-horse-battery")
+    run = secrets.token_hex(4)  # the reset throttle's counters outlive a run in Redis
+    email = f"ada-{run}@example.com"
+    user_factory(username="ada", email=email, password="old-horse-battery")
     assert client.get("/password-reset/").status_code == 200
-    sent = client.post("/password-reset/", {"email": "ada@example.com"})
+    sent = client.post("/password-reset/", {"email": email}, REMOTE_ADDR=run)
     assert sent["Location"] == "/password-reset/sent/"
-    assert client.post("/password-reset/", {"email": "nobody@example.com"}).status_code == 302
-    assert len(mail.outbox) == 1 and mail.outbox[0].to == ["ada@example.com"]
+    assert client.post("/password-reset/", {"email": f"nobody-{run}@example.com"},
+                       REMOTE_ADDR=run).status_code == 302
+    assert len(mail.outbox) == 1 and mail.outbox[0].to == [email]
     link = re.search(r"http://testserver(/password-reset/\S+/)", mail.outbox[0].body).group(1)
     form = client.get(link, follow=True)
     assert form.status_code == 200 and 'id="id_new_password1"' in form.content.decode()
@@ -84,3 +88,21 @@ def test_password_reset_by_email_sets_a_new_password(user_factory, client):
     assert get_user_model().objects.get(username="ada").check_password("new-horse-battery-9")
     used = client.get(link, follow=True).content.decode()
     assert 'id="reset-invalid"' in used
+
+
+def test_password_reset_mail_is_throttled_per_address_and_per_email(user_factory, client):
+    from apps.web.password_views import RESETS_PER_HOUR
+
+    run = secrets.token_hex(4)  # fresh counters, whatever the cache holds from other runs
+    email = f"bea-{run}@example.com"
+    user_factory(username="bea", email=email, password="bea-horse-battery")
+    for i in range(RESETS_PER_HOUR + 2):
+        sent = client.post("/password-reset/", {"email": email}, REMOTE_ADDR=f"{run}:{i}")
+        assert sent["Location"] == "/password-reset/sent/"  # never says whether it sent
+    assert len(mail.outbox) == RESETS_PER_HOUR
+    for i in range(RESETS_PER_HOUR):
+        client.post("/password-reset/", {"email": f"x{i}-{run}@example.com"},
+                    REMOTE_ADDR=f"{run}:x")
+    refused = client.post("/password-reset/", {"email": email}, REMOTE_ADDR=f"{run}:x")
+    assert refused.status_code == 429 and refused["Retry-After"] == "3600"
+    assert 'id="reset-throttled"' in refused.content.decode()
