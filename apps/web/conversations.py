@@ -10,6 +10,7 @@ from apps.tenants.models import Tenant
 from apps.web.models import Conversation
 
 LIST_LIMIT = 50
+KEEP_PER_USER = 500  # past it, a new conversation drops the user's least recently used one
 TITLE_CHARS = 60
 
 
@@ -48,9 +49,13 @@ def conversation_save_turn(*, tenant: Tenant, user: Any, conversation_id: str, s
         if pk is not None and Conversation.objects.filter(pk=pk).exists():
             pk = uuid.uuid4()  # never write into someone else's row
         first = next((m["content"] for m in messages if m.get("role") == "user"), "")
-        return Conversation.objects.create(
+        created = Conversation.objects.create(
             id=pk or uuid.uuid4(), tenant=tenant, user=user, title=title_from(first) or "Chat",
             system=system, settings=turn_settings, messages=messages)
+        old = Conversation.objects.filter(tenant=tenant, user=user).values_list(
+            "pk", flat=True)[KEEP_PER_USER:]
+        Conversation.objects.filter(pk__in=list(old)).delete()
+        return created
     found.system, found.settings, found.messages = system, turn_settings, messages
     found.save(update_fields=["system", "settings", "messages", "updated_at"])
     return found

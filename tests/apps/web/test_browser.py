@@ -94,7 +94,8 @@ def _connected(page) -> None:
                            ".startsWith('connected')", timeout=30_000)
 
 
-def _chat(page) -> None:
+def _chat(page) -> str:
+    """The playground's checks; returns its "view code" curl for the next turn."""
     _connected(page)
     assert page.locator("#chat-tier option").all_inner_texts() == ["hot", "warm", "cold"]
     page.fill("#chat-max-tokens", "0")  # refused by name, never silently replaced
@@ -140,7 +141,9 @@ def _chat(page) -> None:
     page.click("#chat-code")
     code = page.locator("#code-python").inner_text()
     assert "You are a pirate" in code and "temperature=0" in code and "LASER_API_KEY" in code
+    curl = page.locator("#code-curl").inner_text()
     _markdown(page)
+    return curl
 
 
 def _markdown(page) -> None:
@@ -183,7 +186,7 @@ def _getting_started(page, url: str, secret: str) -> None:
     _shoot(page, "start")
 
 
-def _keys(page, url: str) -> None:
+def _keys(page, url: str, view_code: str) -> None:
     page.click("nav >> text=API keys")
     page.fill("#key-name", "browser-test")
     page.select_option("#key-tier", "hot")
@@ -196,6 +199,10 @@ def _keys(page, url: str) -> None:
                                            messages=[{"role": "user", "content": "Hi"}])
     assert reply.choices[0].message.content
     _getting_started(page, url, secret)
+    # the chat's "view code" curl runs as shown, with the key in LASER_API_KEY
+    done = subprocess.run(["bash", "-c", view_code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "LASER_API_KEY": secret})
+    assert json.loads(done.stdout)["choices"][0]["message"]["content"], done.stdout + done.stderr
     page.goto(f"{url}/keys/")  # the list, without the secret
     assert secret not in page.content()
     page.once("dialog", lambda dialog: dialog.accept())
@@ -367,12 +374,12 @@ def test_web_app_in_chromium(tmp_path):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = _sign_in(browser, stack.url, "ada", DESKTOP)
-            _chat(page)
+            view_code = _chat(page)
             page.goto(f"{stack.url}/chat/")
             conversation = page.locator("#conversation-list li").first.get_attribute(
                 "data-conversation")
             _isolated(browser, stack.url, conversation)
-            _keys(page, stack.url)
+            _keys(page, stack.url, view_code)
             _batches(page, tmp_path)
             _usage(page, stack)
             page.click("nav >> text=Dashboard")

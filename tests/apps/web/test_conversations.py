@@ -111,3 +111,15 @@ def test_rename_delete_and_the_list_are_the_owners_only(world_sync, user_factory
     assert renamed.json() == {"id": convo.pk.hex, "title": "Paris"}
     assert owner.post(f"/chat/{convo.pk.hex}/delete")["Location"] == "/chat/"
     assert "Paris" not in owner.get("/chat/").content.decode()
+
+
+def test_a_user_keeps_a_bounded_number_of_conversations(world_sync, monkeypatch):
+    from apps.web import conversations
+
+    monkeypatch.setattr(conversations, "KEEP_PER_USER", 3)
+    made = [conversations.conversation_save_turn(
+        tenant=world_sync.alpha, user=world_sync.member, conversation_id="", system="",
+        turn_settings={}, messages=[{"role": "user", "content": f"q{i}"}]) for i in range(5)]
+    kept = conversations.conversations_for(tenant=world_sync.alpha, user=world_sync.member)
+    assert [c.title for c in kept] == ["q4", "q3", "q2"]
+    assert made[4].pk == kept[0].pk
