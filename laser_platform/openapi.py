@@ -27,7 +27,10 @@ from inference.request import (
     MAX_TOP_LOGPROBS,
     SEED_RANGE,
 )
-from laser_platform import openapi_drf  # the DRF views' annotations register on import
+from laser_platform import (
+    openapi_drf,  # the DRF views' annotations register on import
+    openapi_responses,
+)
 from laser_platform import openapi_tools as tools
 from laser_platform.openapi_shapes import error_responses, nullable, ref
 
@@ -222,6 +225,7 @@ def plain_paths() -> dict[str, Any]:
         "/v1/completions": _completions_path(
             "completions_create", "Create a text completion", "CompletionRequest",
             "TextCompletion"),
+        **openapi_responses.paths(),
     }
 
 
@@ -229,7 +233,9 @@ def components() -> dict[str, Any]:
     model = settings.LASER_SERVED_MODEL_ID
     return {"Error": ERROR, "ChatMessage": MESSAGE, "ChatCompletionRequest": chat_request(model),
             "CompletionRequest": completion_request(model), "ChatCompletion": CHAT_COMPLETION,
-            "TextCompletion": TEXT_COMPLETION}
+            "TextCompletion": TEXT_COMPLETION, "Response": openapi_responses.RESPONSE,
+            "ResponseRequest": openapi_responses.response_request(model, SERVICE_TIERS,
+                                                                  MAX_INT)}
 
 
 # --- drf-spectacular hooks (SPECTACULAR_SETTINGS) -------------------------------------------

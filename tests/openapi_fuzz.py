@@ -65,7 +65,7 @@ def _shorten(case: Any, known: dict[str, str]) -> None:
     body = case.body if isinstance(case.body, dict) else None
     if body is not None and "input_file_id" in body and "file_id" in known:
         body["input_file_id"] = known["file_id"]
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if body is not None and isinstance(body.get(name), int) and not isinstance(
                 body.get(name), bool) and body[name] > MAX_GENERATED_TOKENS:
             body[name] = MAX_GENERATED_TOKENS

@@ -54,7 +54,7 @@ def world(tenant_factory, api_key_factory, settings, monkeypatch) -> dict[str, s
     flush_reports()  # while the test database exists
 
 
-COMPLETIONS = ("/v1/chat/completions", "/v1/completions")
+COMPLETIONS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def _fuzz(server: Any, world: dict[str, str], **kwargs: Any) -> Any:
@@ -75,7 +75,7 @@ def test_every_platform_operation_keeps_its_contract_under_fuzzing(server, world
 def test_the_completions_endpoints_keep_their_contract_under_fuzzing(tiny_engine, server,
                                                                       world):
     report = _fuzz(server, world, paths=COMPLETIONS)
-    assert len(report.statuses) == 2 and report.requests >= 2 * EXAMPLES, report.statuses
+    assert len(report.statuses) == 3 and report.requests >= 3 * EXAMPLES, report.statuses
     assert not report.failures, "\n".join(report.failures)
 
 

@@ -184,3 +184,22 @@ def test_json_object_and_refusals(laser_server, smollm2_engine, key):
     flush_reports()
     kinds = [r.constraint for r in RequestRecord.objects.order_by("arrival")]
     assert kinds == ["json_object", "json_schema", "json_schema"]  # the SLO record says so
+
+
+def test_a_websocket_turn_calls_tools_like_rest(laser_server, smollm2_engine, key):
+    from websockets.sync.client import connect
+
+    params = {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False,
+              "temperature": 0, "max_tokens": 60}
+    with connect(f"{laser_server.ws_url}/ws/chat/", subprotocols=["laser.v1", f"key.{key}"],
+                 origin=laser_server.url, open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "ready"
+        ws.send(json.dumps({"type": "chat", "session_id": "s", "params": params,
+                            "content": WEATHER[0]["content"]}))
+        while (message := json.loads(ws.recv(timeout=120)))["type"] not in ("done", "error"):
+            pass
+    assert message["type"] == "done" and message["finish_reason"] == "tool_calls"
+    (call,) = message["tool_calls"]
+    rest = _client(laser_server, key).chat.completions.create(model=MODEL, messages=WEATHER,
+                                                              **params)
+    assert call["function"] == rest.choices[0].message.tool_calls[0].function.model_dump()
