@@ -1,10 +1,11 @@
 """Running one chunk of a batch through the serving path.
 
-A chunk task is one *turn* of one batch: it takes the batch's first
-``LASER_BATCH_CHUNK_LINES`` pending lines of its range and hands the rest of the range back to
-the end of the queue. A batch has one chunk message queued at a time (``batch_enqueue_chunks``),
-so a worker serves the running batches in turn (round robin), whatever their sizes, and a new
-batch waits at most one turn of each batch ahead of it.
+A chunk task is one *turn* of one batch: it takes the batch's first pending lines of its range
+(``LASER_BATCH_CHUNK_LINES`` shared by the tenant's running batches: ``turn_lines``) and hands
+the rest of the range back to the end of the queue. A batch has one chunk message queued at a
+time (``batch_enqueue_chunks``), so a worker serves the running batches in turn, whatever their
+sizes; each tenant gets about ``LASER_BATCH_CHUNK_LINES`` lines per round however many batches
+it runs; and a new batch waits at most one turn of each batch ahead of it.
 
 A chunk sends its lines through ``apps.gateway.serving.serve`` at cold tier with the batch's
 deadline (at most ``LASER_BATCH_CHUNK_CONCURRENCY`` at once), as the key the batch was created
@@ -276,10 +277,19 @@ class ChunkRunner:
         self._write(line, status=LineStatus.FAILED, response=response)
 
 
+def turn_lines(batch: Batch) -> int:
+    """Lines in one turn of ``batch``: ``LASER_BATCH_CHUNK_LINES`` shared by its tenant's
+    running batches, so that every tenant gets about as many lines per round of turns however
+    many batches it runs (a deficit order across tenants, in lines)."""
+    running = Batch.objects.filter(tenant_id=batch.tenant_id,
+                                   status__in=RUNNING_STATUSES).count()
+    return max(1, settings.LASER_BATCH_CHUNK_LINES // max(1, running))
+
+
 def chunk_run(*, batch_id: int, first: int, last: int,
               client: EngineClient | None = None) -> ChunkResult:
-    """Run one turn of a running batch (the chunk task): its first ``LASER_BATCH_CHUNK_LINES``
-    pending lines numbered ``first..last``. ``next_first`` of the result says where the next
+    """Run one turn of a running batch (the chunk task): its first ``turn_lines`` pending
+    lines numbered ``first..last``. ``next_first`` of the result says where the next
     turn starts (None: the range is done)."""
     batch = (Batch.objects.select_related("tenant__plan", "api_key__tenant", "created_by")
              .filter(pk=batch_id).first())
@@ -287,7 +297,7 @@ def chunk_run(*, batch_id: int, first: int, last: int,
         return ChunkResult(stopped="gone" if batch is None else batch.status)
     if batch.deadline_at <= timezone.now():
         return ChunkResult(stopped="expired")
-    size = settings.LASER_BATCH_CHUNK_LINES
+    size = turn_lines(batch)
     lines = list(batch.lines.filter(status=LineStatus.PENDING, line_no__gte=first,
                                     line_no__lte=last).order_by("line_no")[: size + 1])
     beyond = lines[size].line_no if len(lines) > size else None

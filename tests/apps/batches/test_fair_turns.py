@@ -102,3 +102,23 @@ def test_a_turn_never_waits_past_the_visibility_timeout(settings):
     from apps.batches.tasks import MAX_COUNTDOWN_S
 
     assert MAX_COUNTDOWN_S < settings.CELERY_VISIBILITY_TIMEOUT
+
+
+def test_a_tenant_with_more_batches_gets_no_more_lines_per_round(
+        cold, upload, queue, engine, settings, tenant_factory, api_key_factory):
+    """Turns go round the batches; a turn's lines are shared by the tenant's running batches,
+    so two batches of one tenant get as many lines per round as one batch of another."""
+    settings.LASER_BATCH_CHUNK_LINES = 2
+    settings.LASER_COLD_MIN_DEADLINE_S = 1
+    other = _tenant(tenant_factory, api_key_factory)
+    mine = [_create(cold, upload, 4, "a"), _create(cold, upload, 4, "b")]
+    theirs = _create(other, upload, 4, "c")
+    for _ in range(3):
+        queue.run_one()  # the three validations
+    queue.drain()
+    tenant_of = {f"batch_req_{b.pk}": "mine" for b in mine} | {
+        f"batch_req_{theirs.pk}": "theirs"}
+    order = [tenant_of[r.request_id.rsplit("_", 1)[0]] for r in engine.requests]
+    assert order[:4].count("theirs") == 2, order  # round one: 1 + 1 lines of mine, 2 of theirs
+    assert order[4:8].count("theirs") == 2, order
+    assert {_status(b) for b in (*mine, theirs)} == {"completed"}
