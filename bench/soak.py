@@ -50,6 +50,8 @@ OUT = ROOT / "bench" / "out"
 MODEL = "smollm2-135m-instruct"
 SERIES = {  # key: (label, slope-tested)
     "rss_mb": ("RSS MB", True),
+    "anon_mb": ("anon MB", True),
+    "threads": ("threads", True),
     "kv_usage": ("KV in use", True),
     "running": ("running", False),
     "redis_keys": ("Redis keys", True),
@@ -176,9 +178,19 @@ def server_process() -> int:
     raise RuntimeError("the server process was not found")
 
 
-def rss_mb(pid: int) -> float:
+def _status(pid: int, field: str) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) / 1024
+    return int(re.search(rf"^{field}:\s+(\d+)", status, re.M).group(1))
+
+
+def rss_mb(pid: int) -> float:
+    return _status(pid, "VmRSS") / 1024
+
+
+def memory(pid: int) -> dict[str, float]:
+    """RSS, its anonymous part (the heap: not the weights' file pages) and the threads."""
+    return {"rss_mb": rss_mb(pid), "anon_mb": _status(pid, "RssAnon") / 1024,
+            "threads": _status(pid, "Threads")}
 
 
 def _metrics(url: str, token: str) -> dict[str, float]:
@@ -219,7 +231,7 @@ def _postgres(database_url: str) -> dict[str, int]:
 def sample(ctx: dict, counts: Counters, t0: float) -> dict[str, Any]:
     row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1), "requests": counts.requests,
                            "errors": counts.errors, "batches": counts.batches}
-    row["rss_mb"] = rss_mb(ctx["pid"])
+    row.update(memory(ctx["pid"]))
     row.update(_metrics(ctx["url"], ctx["token"]))
     row.update(_redis(ctx["redis_url"]))
     row.update(_postgres(ctx["database_url"]))

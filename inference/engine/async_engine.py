@@ -314,6 +314,8 @@ class AsyncEngine:
                 engine.abort(self._deferred_aborts.popleft())
             deltas = engine.step()
             self._deliver(deltas)
+            if not self._has_work():  # idle now: a good moment to give free memory back
+                engine.release_idle_memory()
             if not deltas and engine.last_step_empty:
                 with self._cond:
                     self._cond.wait(_IDLE_POLL_S)

@@ -33,6 +33,7 @@ from inference.sequence import SequenceStatus, sequences_from_request
 from .config import EngineConfig
 from .contention import CpuContention
 from .grammar import GrammarMasks, grammar_masks
+from .memory import IdleTrim
 from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
 from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
@@ -98,6 +99,7 @@ class LLMEngine:
         self._lock = threading.RLock()
         self._meter = StepMeter()
         self._contention = CpuContention()
+        self._idle_trim = IdleTrim()
         self.last_step_empty = False  # the last step had nothing to run
         self._paused: _Paused | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
@@ -170,6 +172,15 @@ class LLMEngine:
                 self._choices[choice.seq.seq_id] = (state, choice)
             if request.tier is Tier.HOT:
                 self._hot_arrived = True
+
+    def release_idle_memory(self) -> bool:
+        """With no request left, give the allocator's free memory back (``memory.IdleTrim``:
+        at most once a minute); True when it did. The async front calls it once the deltas
+        of the step that emptied the engine are delivered."""
+        with self._lock:
+            if self._requests or self._paused is not None:
+                return False
+        return self._idle_trim.maybe(time.monotonic())
 
     def abort(self, request_id: str) -> list[Delta]:
         """Drop a request and free its blocks; returns its final ``abort`` deltas."""

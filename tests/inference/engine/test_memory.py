@@ -1,0 +1,39 @@
+"""The engine gives free memory back when it goes idle (``inference.engine.memory``)."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from inference.engine.memory import IdleTrim, _malloc_trim
+from tests.inference.engine.helpers import make_engine, prompt_ids, request
+
+
+def test_idle_trim_runs_at_most_once_an_interval():
+    calls: list[int] = []
+    trim = IdleTrim(interval_s=60.0, trim=lambda pad: calls.append(pad) or 1)
+    assert trim.maybe(100.0) and not trim.maybe(159.0) and trim.maybe(160.0)
+    assert calls == [0, 0] and trim.trims == 2
+
+
+def test_without_malloc_trim_nothing_runs():
+    trim = IdleTrim(trim=None)
+    trim._trim = None  # off glibc
+    assert not trim.maybe(1e9)
+
+
+def test_the_engine_trims_only_with_no_request_left():
+    engine = make_engine()
+    calls: list[int] = []
+    engine._idle_trim = IdleTrim(interval_s=0.0, trim=lambda pad: calls.append(pad) or 1)
+    engine.add_request(request("r", prompt_ids(8), max_tokens=2))
+    assert not engine.release_idle_memory()
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.release_idle_memory() and calls == [0]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_glibc_trim_is_found():
+    assert _malloc_trim() is not None
