@@ -73,6 +73,11 @@ def turn_params(content: dict[str, Any], setup: ChatSetup) -> dict[str, Any]:
             bound = f"above {low:g}" if open_low else f"from {low:g}"
             raise BadRequestError(f"'{name}' must be a number {bound} to {high:g}.", param=name)
         params[name] = value
+    json_mode = content.get("json_mode", False)
+    if not isinstance(json_mode, bool):
+        raise BadRequestError("'json_mode' must be true or false.", param="json_mode")
+    if json_mode:  # the engine constrains every token to valid JSON
+        params["response_format"] = {"type": "json_object"}
     return params
 
 

@@ -11,7 +11,8 @@ conversation per socket, kept here. Frames are bounded as on ``/ws/chat/``
 ``LASER_WS_MAX_MESSAGE_BYTES`` an ``error`` and the close code 1009; a fault of ours is logged
 and closes with 1011.
 
-In: ``{"type": "chat", "content", "tier", "max_tokens", "temperature", "top_p", "system"}``,
+In: ``{"type": "chat", "content", "tier", "max_tokens", "temperature", "top_p", "system",
+"json_mode"}``,
 ``{"type": "stop"}``, ``{"type": "reset"}`` (new conversation), ``{"type": "open",
 "conversation"}`` (continue a stored one of this user), ``{"type": "ping"}``. Out: ``ready``,
 then per turn ``delta``..., ``tier_changed``, ``saved`` (the turn is stored:
@@ -199,7 +200,8 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _save(self, system: str, params: dict, done: dict[str, Any]) -> None:
         """Store the conversation with this turn (the answer keeps its ``done`` metrics)."""
-        meta = {**done, "tier_asked": params["service_tier"]} if done else None
+        meta = {**done, "tier_asked": params["service_tier"],
+                "json": "response_format" in params} if done else None
         self.metas = [*self.metas[:len(self.history) - 2], None, meta]
         messages = [{**m, "meta": meta} if meta else m
                     for m, meta in zip(self.history, self.metas, strict=True)]

@@ -142,8 +142,24 @@ def _chat(page) -> str:
     code = page.locator("#code-python").inner_text()
     assert "You are a pirate" in code and "temperature=0" in code and "LASER_API_KEY" in code
     curl = page.locator("#code-curl").inner_text()
+    _json_mode(page)
     _markdown(page)
     return curl
+
+
+def _json_mode(page) -> None:
+    """JSON mode: the engine constrains the answer to JSON; the page shows it as a JSON block."""
+    page.click("#chat-new")
+    page.fill("#chat-system", "")
+    page.check("#chat-json")
+    page.fill("#chat-max-tokens", "64")
+    turn = _chat_turn(page, "Give the capital of France as a JSON object.", 0)
+    block = page.locator("li.message.assistant .text pre code.language-json")
+    text = block.inner_text()
+    print("JSON mode answer:", repr(text), turn["metrics"])
+    assert text.lstrip().startswith(("{", "["))
+    if "64 out" not in turn["metrics"]:  # finished, not cut at max tokens: it parses
+        json.loads(text)
 
 
 def _markdown(page) -> None:

@@ -21,7 +21,7 @@ async def _ready(cookie: bytes):
 
 
 @pytest.mark.asyncio
-async def test_system_prompt_and_sampling_reach_the_engine(world_sync, fake):
+async def test_system_prompt_sampling_and_json_mode_reach_the_engine(world_sync, fake):
     ws = await _ready(world_sync.member_cookie)
     await ws.send_json_to({"type": "chat", "content": "hi", "system": "Answer in French.",
                            "temperature": 0, "top_p": 0.5, "max_tokens": 7})
@@ -32,13 +32,17 @@ async def test_system_prompt_and_sampling_reach_the_engine(world_sync, fake):
                              {"role": "user", "content": "hi"}]
     assert (sent.sampling.temperature, sent.sampling.top_p, sent.sampling.max_tokens) == (
         0, 0.5, 7)
+    assert sent.constraint is None
+    await ws.send_json_to({"type": "chat", "content": "as JSON", "json_mode": True})
+    await _until(ws, "done")
+    assert fake.requests[1].constraint.kind == "json_object"
     await ws.disconnect()
 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("bad", [{"max_tokens": 0}, {"max_tokens": 2.5}, {"temperature": 3},
                                  {"temperature": "hot"}, {"top_p": 0}, {"top_p": 1.5},
-                                 {"system": "x" * 8001}, {"system": 5}])
+                                 {"system": "x" * 8001}, {"system": 5}, {"json_mode": "yes"}])
 async def test_bad_settings_are_refused_naming_the_field(world_sync, fake, bad):
     ws = await _ready(world_sync.member_cookie)
     await ws.send_json_to({"type": "chat", "content": "hi", **bad})

@@ -129,7 +129,17 @@
       temperature: number("chat-temperature", 0, 2),
       top_p: number("chat-top-p", 0, 1, {openLow: true}),
     };
-    return Object.values(s).includes(null) ? null : s;
+    if (Object.values(s).includes(null)) return null;
+    // JSON mode: the engine constrains every token of the answer to valid JSON
+    return $("chat-json").checked ? {...s, json_mode: true} : s;
+  }
+
+  // A JSON-mode answer is shown as a JSON code block (pretty-printed when it parses).
+  function asMarkdown(text, json) {
+    if (!json) return text;
+    let pretty = text;
+    try { pretty = JSON.stringify(JSON.parse(text), null, 2); } catch (err) { /* as sent */ }
+    return "```json\n" + pretty + "\n```";
   }
 
   function finish() {
@@ -141,7 +151,7 @@
 
   function endStream(raw) {
     turn.item.classList.remove("streaming");
-    if (raw) renderMarkdown(turn.text, raw);
+    if (raw) renderMarkdown(turn.text, asMarkdown(raw, turn.json));
   }
 
   function listItem(c) {
@@ -180,8 +190,10 @@
     if (s.temperature !== undefined) $("chat-temperature").value = s.temperature;
     if (s.top_p !== undefined) $("chat-top-p").value = s.top_p;
     if (s.service_tier && config.tiers.includes(s.service_tier)) tierSelect.value = s.service_tier;
+    $("chat-json").checked = Boolean(s.response_format);
     for (const m of c.messages) {
-      const item = bubble(m.role, m.content);
+      const json = m.role === "assistant" && m.meta && m.meta.json;
+      const item = bubble(m.role, json ? asMarkdown(m.content, true) : m.content);
       if (m.meta) showMetrics(item, m.meta, m.meta.tier_asked || m.meta.tier, null);
     }
     listItem({id: c.id, title: c.title});
@@ -264,7 +276,8 @@
     const msgs = [...(system.value.trim() ? [{role: "system", content: system.value.trim()}] : []),
                   ...convo, {role: "user", content: next}];
     return {model: $("chat-model").value, messages: msgs, service_tier: tierSelect.value,
-            max_tokens: s.max_tokens, temperature: s.temperature, top_p: s.top_p};
+            max_tokens: s.max_tokens, temperature: s.temperature, top_p: s.top_p,
+            response_format: s.json_mode ? {type: "json_object"} : undefined};
   }
 
   function showCode() {
@@ -292,7 +305,7 @@
     showCode();
   });
   for (const id of ["chat-system", "chat-tier", "chat-max-tokens", "chat-temperature",
-                    "chat-top-p", "chat-input"]) {
+                    "chat-top-p", "chat-input", "chat-json"]) {
     $(id).addEventListener("input", showCode);
   }
 
@@ -306,7 +319,7 @@
     const item = bubble("assistant", "");
     item.classList.add("streaming");
     turn = {item, text: item.querySelector(".text"), tier: tierSelect.value, first: null,
-            last: null, demoted: false, raw: "", asked: text};
+            last: null, demoted: false, raw: "", asked: text, json: Boolean(s.json_mode)};
     socket.send(JSON.stringify({type: "chat", content: text, tier: turn.tier,
                                 model: $("chat-model").value, system: system.value, ...s}));
     input.value = "";
