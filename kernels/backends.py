@@ -57,7 +57,7 @@ class LayerBackend:
     __slots__ = ("decode", "prompt", "one_call", "native", "norms", "shape")
 
     def __init__(self, decode: tuple = NO_PACKS, prompt: tuple | None = None,
-                 one_call: bool = False, norms: tuple | None = None,
+                 one_call: bool = False, norms: tuple[torch.Tensor, torch.Tensor] | None = None,
                  shape: LayerShape | None = None) -> None:
         self.decode, self.prompt = decode, prompt
         self.norms, self.shape = norms, shape
@@ -92,7 +92,8 @@ class LayerBackend:
     def runs_whole(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
                    meta) -> bool:
         """Whether this step can run the layer as one C call."""
-        return (self.one_call and meta.max_query_len <= NATIVE_CHUNK_ROWS
+        return (self.one_call and self.norms is not None
+                and meta.max_query_len <= NATIVE_CHUNK_ROWS
                 and on_c_kernels(hidden, kv_cache, self.norms[0], meta))
 
     def decoder_layer(self, positions: torch.Tensor, hidden: torch.Tensor,
@@ -101,13 +102,14 @@ class LayerBackend:
                       ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The whole layer as one C call (``_cpu.decoder_layer``), or None where this step
         cannot (then run it op by op)."""
-        if not self.runs_whole(hidden, kv_cache, meta):
+        native, norms, shape = self.native, self.norms, self.shape
+        if native is None or norms is None or shape is None or \
+                not self.runs_whole(hidden, kv_cache, meta):
             return None
         first = residual is None
-        residual = hidden if first else residual
-        shape = self.shape
-        out = _cpu.decoder_layer(hidden, residual, first, self.norms, shape.eps,
-                                 self.native[not meta.is_decode_only], shape.heads, positions,
+        residual = hidden if residual is None else residual
+        out = _cpu.decoder_layer(hidden, residual, first, norms, shape.eps,
+                                 native[not meta.is_decode_only], shape.heads, positions,
                                  cos_sin, kv_cache, meta, shape.scale)
         return out, residual
 
@@ -134,18 +136,17 @@ class Packing:
         """Layers ``start ..`` as one C call (``_cpu.decoder_stack``), stopping early where
         ``stop()`` (asked before each layer from the ``min_layers``-th on) is true; returns
         ``(hidden, residual, layers run)``, or None where a layer would not run as one call."""
-        stack = self._stack(hidden, kv_caches, meta)
-        if stack is None:
+        stack, shape = self._stack(hidden, kv_caches, meta), self.layers[0].shape
+        if stack is None or shape is None:
             return None
         first = residual is None
-        if first:
+        if residual is None:
             residual = hidden
             out = torch.empty(hidden.shape, dtype=stack.act)
         elif hidden.dtype == stack.act and hidden.is_contiguous():
             out = hidden  # a layer reads its x before it writes: in place
         else:
             out = torch.empty(hidden.shape, dtype=stack.act)
-        shape = self.layers[0].shape
         ran = _cpu.decoder_stack(hidden.contiguous(), residual, first, stack, start, shape.eps,
                                  shape.heads, positions, cos_sin, meta, shape.scale, out, stop,
                                  min_layers)
@@ -164,8 +165,10 @@ class Packing:
         if stack is None:
             if len(self._stacks) > 8:
                 self._stacks.clear()
-            stack = _cpu.StackWeights([layer.native[variant] for layer in layers],
-                                      [layer.norms for layer in layers], kv_caches)
+            # every layer runs as one call: each has its native weights and norms
+            stack = _cpu.StackWeights(
+                [n[variant] for layer in layers if (n := layer.native) is not None],
+                [m for layer in layers if (m := layer.norms) is not None], kv_caches)
             self._stacks[key] = stack
         return stack
 

@@ -13,7 +13,6 @@ import ctypes
 import ctypes.util
 import functools
 import sys
-from collections.abc import Callable
 
 import torch
 
@@ -30,7 +29,7 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
-def _libc_function(name: str) -> Callable | None:
+def _libc_function(name: str) -> ctypes._NamedFuncPointer | None:
     """``name`` from the C library on Linux; None elsewhere or where it has no such one."""
     if not sys.platform.startswith("linux"):
         return None

@@ -35,6 +35,8 @@ QUANT = MatmulMode.QUANT  # the GGUF's quantized blocks, two-part activations (o
 Q8 = MatmulMode.Q8  # the same with one int8 part in decode steps (llama.cpp's arithmetic):
 # faster in large batches, but it changed 4 of bench/cpu_precision.py's 8 answers
 QUANT_MODES = (QUANT, Q8)
+# a projection's packed copy: oneDNN's (a tensor), Laser's bfloat16 or quantized one, or none
+Pack = torch.Tensor | _cpu.PackedBF16 | quant.PackedQuant | None
 
 
 def quant_supported() -> bool:

@@ -44,6 +44,7 @@ from kernels.backends import LayerBackend, LayerShape, Packing
 from kernels.choice import MatmulMode
 from kernels.dispatch import use_native
 from kernels.linear import (
+    Pack,
     bf16_matmul_supported,
     pack_linear_weight,
     pack_quant_weight,
@@ -86,10 +87,12 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufB
         weights = layer.projections
         packs = tuple(pack_linear_weight(w, matmul_dtype, native_gemm) for w in weights)
         exact = mixed and packs[0] is not None and packs[0].dtype != weights[0].dtype
-        ours = all(isinstance(p, _cpu.PackedBF16) for p in packs)
+        bf16 = [p for p in packs if isinstance(p, _cpu.PackedBF16)]
+        ours = len(bf16) == len(packs)
+        prompt: tuple[Pack, ...] | None
         if exact and ours:
             # Laser's matmul: the same bfloat16 weights, float32 activations split in two
-            prompt = tuple(p.split_view() for p in packs)
+            prompt = tuple(p.split_view() for p in bf16)
         else:
             prompt = tuple(pack_linear_weight(w) for w in weights) if exact else None
         backends.append(LayerBackend(packs, prompt, ours and layer.qkv_bias is None,

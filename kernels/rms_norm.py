@@ -11,6 +11,8 @@ accumulated in float32 and stored in ``x.dtype``. With a residual the call retur
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import torch.nn.functional as F
 
@@ -35,6 +37,16 @@ def rms_norm_reference(
         return _norm(x, weight, eps)
     h = x + residual
     return _norm(h, weight, eps), h
+
+
+@overload
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: None = None) -> torch.Tensor: ...
+
+
+@overload
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def rms_norm(

@@ -50,11 +50,12 @@ def build_cos_sin_cache(
         raise ValueError(f"rotary head_dim {head_dim} is odd")
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
     inv_freq = 1.0 / (theta**exponents)  # [head_dim / 2], float32 as in Hugging Face
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    spec = scaling or {}
+    kind = spec.get("rope_type", spec.get("type", "default"))
     if kind == "linear":
-        inv_freq = inv_freq / float(scaling["factor"])
+        inv_freq = inv_freq / float(spec["factor"])
     elif kind == "llama3":
-        inv_freq = _llama3_inv_freq(inv_freq, scaling)
+        inv_freq = _llama3_inv_freq(inv_freq, spec)
     elif kind != "default":
         raise NotImplementedError(f"rope scaling type {kind!r}")
     freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,6 +38,9 @@ from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state
 from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
 from .stats import EngineStats, StepMeter, kv_fragmentation, per_tier
+
+if TYPE_CHECKING:
+    from inference.loaders import LoadedModel
 
 
 @dataclass(slots=True)
@@ -57,12 +60,11 @@ class LLMEngine:
 
     Args:
         config: engine limits; ``EngineConfig()`` serves the bundled SmolLM2.
-        loaded: an already loaded model (``inference.loaders.LoadedModel`` or anything with
-            ``model``, ``config``, ``tokenizer``, ``chat_template``, ``stop_token_ids``,
-            ``encode_chat``); None loads ``config.model``.
+        loaded: an already loaded model; None loads ``config.model``.
     """
 
-    def __init__(self, config: EngineConfig | None = None, loaded: Any = None) -> None:
+    def __init__(self, config: EngineConfig | None = None,
+                 loaded: LoadedModel | None = None) -> None:
         self.config = config = config or EngineConfig()
         narrow = config.num_threads or len(os.sched_getaffinity(0))
         torch.set_num_threads(narrow)
@@ -93,7 +95,7 @@ class LLMEngine:
                                   pool_spin_us=config.pool_spin_us)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset() if config.ignore_eos else frozenset(
-            loaded.config.eos_token_ids) | frozenset(getattr(loaded, "stop_token_ids", ()))
+            loaded.config.eos_token_ids) | loaded.stop_token_ids
         self._requests: dict[str, RequestState] = {}
         self._choices: dict[str, tuple[RequestState, Choice]] = {}
         self._lock = threading.RLock()
@@ -118,8 +120,10 @@ class LLMEngine:
             raise InvalidParameter("prompt", "this model has no tokenizer; send token ids.")
         elif request.messages is not None:
             ids, param = self._encode_chat(request.messages, request.tools), "messages"
-        else:
+        elif request.prompt is not None:
             ids, param = self.tokenizer.encode(request.prompt), "prompt"
+        else:
+            raise InvalidParameter("prompt", "send a prompt, messages or prompt token ids.")
         if not ids:
             raise InvalidParameter(param, f"'{param}' encodes to no tokens.")
         max_tokens = request.sampling.max_tokens
@@ -247,7 +251,7 @@ class LLMEngine:
             logits = self.runner.execute(batch)
             deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run,
                                      t_plan)
-        elif not plan.is_empty:
+        elif not plan.is_empty and due is not None:
             forward = self.runner.begin(batch)
             if not forward.advance(self._stop_at(due)):
                 with self._lock:

@@ -168,7 +168,7 @@ class ModelRunner:
         # on a prompt sharing the step, and cost what a decode step's do
         items = plan.scheduled
         if any(a.num_tokens > 1 and b.num_tokens == 1 for a, b in zip(items, items[1:])):
-            items = sorted(items, key=lambda it: it.num_tokens > 1)
+            items = tuple(sorted(items, key=lambda it: it.num_tokens > 1))
         num_seqs = len(items)
         bs = self.block_size
         starts = np.fromiter((it.start for it in items), np.int64, num_seqs)

@@ -158,6 +158,6 @@ def _logprobs(raw: torch.Tensor, chosen: torch.Tensor, rows: list[SamplingRow]
     for j, i in enumerate(want):
         logprobs[i] = picked[j]
         k = rows[i].params.top_logprobs
-        if k and top_ids is not None:
+        if k and top_ids is not None and top_vals is not None:
             top[i] = dict(zip(top_ids[j][:k], top_vals[j][:k]))
     return logprobs, top

@@ -55,8 +55,8 @@ def fuse_hf_blocks(blocks: Mapping[str, tuple[int, torch.Tensor]],
     out: dict[str, tuple[int, torch.Tensor]] = {}
 
     def put(key: str, names: list[str]) -> None:
-        parts = [blocks.get(n) for n in names]
-        if all(p is not None for p in parts) and len({p[0] for p in parts}) == 1:
+        parts = [p for n in names if (p := blocks.get(n)) is not None]
+        if len(parts) == len(names) and len({p[0] for p in parts}) == 1:
             out[key] = (parts[0][0], torch.cat([p[1] for p in parts], dim=0))
 
     put("embed_tokens", ["model.embed_tokens.weight"])

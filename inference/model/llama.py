@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,6 +18,13 @@ from .metadata import AttentionMetadata
 
 def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+def _rotary(cache: torch.Tensor | None) -> torch.Tensor:
+    """The rotary cache, built by ``LlamaModel.init_rotary`` before the first forward."""
+    if cache is None:
+        raise RuntimeError("no rotary cache: call LlamaModel.init_rotary first")
+    return cache
 
 
 class DecoderLayer(nn.Module):
@@ -52,13 +61,13 @@ class DecoderLayer(nn.Module):
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
                 meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Args: `hidden`/`residual` `[T, hidden]` (residual None at the first layer)."""
-        whole = self.backend.decoder_layer(positions, hidden, residual, self.cos_sin_cache,
-                                           kv_cache, meta)
+        cos_sin = _rotary(self.cos_sin_cache)
+        whole = self.backend.decoder_layer(positions, hidden, residual, cos_sin, kv_cache, meta)
         if whole is not None:
             return whole
         ops = self.backend.ops(hidden, kv_cache, self.input_norm, meta)
         hidden, residual = ops.add_norm(hidden, self.input_norm, self.eps, residual)
-        hidden = self.attn(positions, hidden, self.cos_sin_cache, kv_cache, meta, ops)
+        hidden = self.attn(positions, hidden, cos_sin, kv_cache, meta, ops)
         hidden, residual = ops.add_norm(hidden, self.post_attn_norm, self.eps, residual)
         hidden = ops.silu_and_mul(ops.linear(hidden, self.gate_up_weight, GATE_UP))
         return ops.linear(hidden, self.down_weight, DOWN), residual
@@ -104,9 +113,10 @@ class LlamaModel(nn.Module):
         once. Call once the weights are final; True if the head packed (CPU oneDNN; a no-op
         elsewhere)."""
         names = ("attn.qkv_weight", "attn.o_weight", "gate_up_weight", "down_weight")
+        decoder = self._decoder_layers()
         layers = [layer.params(tuple(self.quant_blocks.get(f"layers.{i}.{n}") for n in names))
-                  for i, layer in enumerate(self.layers)]
-        attn, cfg = self.layers[0].attn, self.config
+                  for i, layer in enumerate(decoder)]
+        attn, cfg = decoder[0].attn, self.config
         shape = LayerShape(attn.heads, cfg.rms_norm_eps, attn.scale)
         head_name = "embed_tokens" if self.lm_head is None else "lm_head"
         self.set_pack_state(kernels.pack_model(layers, self.head, self.quant_blocks.get(head_name),
@@ -121,8 +131,11 @@ class LlamaModel(nn.Module):
 
     def set_pack_state(self, state: Packing) -> None:
         self.packing = state
-        for layer, backend in zip(self.layers, state.layers, strict=True):
+        for layer, backend in zip(self._decoder_layers(), state.layers, strict=True):
             layer.backend = backend
+
+    def _decoder_layers(self) -> list[DecoderLayer]:
+        return [cast(DecoderLayer, layer) for layer in self.layers]
 
     def init_rotary(self, device: torch.device | str | None = None) -> None:
         """(Re)build the rotary cache on `device`; call after the weights are in place."""
@@ -178,8 +191,9 @@ class LlamaModel(nn.Module):
         on) is true; returns ``(hidden, residual, layers run)``. Where the packing runs every
         layer as one C call the whole run is one (``Packing.decoder_stack``): no Python
         between the layers."""
-        whole = self.packing.decoder_stack(positions, hidden, residual, self.cos_sin_cache,
-                                           kv_caches, meta, start, stop, min_layers)
+        whole = self.packing.decoder_stack(positions, hidden, residual,
+                                           _rotary(self.cos_sin_cache), kv_caches, meta, start,
+                                           stop, min_layers)
         if whole is not None:
             return whole
         ran = 0

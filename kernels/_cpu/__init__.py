@@ -125,6 +125,14 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
+def loaded() -> ctypes.CDLL:
+    """:func:`library` for a wrapper whose caller chose the C kernels (they build here)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the CPU kernels do not build here (see the warning above)")
+    return lib
+
+
 def _check(t: torch.Tensor, name: str, *dtypes: torch.dtype) -> None:
     if t.device.type != "cpu" or not t.is_contiguous() or t.dtype not in dtypes:
         raise ValueError(f"{name}: expected a contiguous CPU tensor of {dtypes}, "
@@ -158,7 +166,7 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
             raise ValueError(f"residual {tuple(residual.shape)} != x {tuple(x.shape)}")
     num_tokens, hidden = x.shape
     out = torch.empty((num_tokens, hidden), dtype=out_dtype)
-    library().laser_add_rms_norm(
+    loaded().laser_add_rms_norm(
         x.data_ptr(), DTYPES[x.dtype], None if residual is None else residual.data_ptr(),
         weight.data_ptr(), eps, num_tokens, hidden, out.data_ptr(), DTYPES[out_dtype])
     return out
@@ -180,7 +188,7 @@ def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Ten
         raise ValueError(f"qkv width {qkv.shape[1]} does not fit {num_heads} + 2 x "
                          f"{num_kv_heads} heads of {head_dim}")
     q = torch.empty((num_tokens, num_heads, head_dim), dtype=torch.float32)
-    library().laser_rope_write_kv(
+    loaded().laser_rope_write_kv(
         qkv.data_ptr(), DTYPES[qkv.dtype], num_tokens, num_heads, num_kv_heads, head_dim,
         positions.data_ptr(), cos_sin.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
         v_cache.data_ptr(), kv_dtype, slots.data_ptr())
@@ -211,7 +219,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads} kv heads")
     out = torch.empty((num_rows, num_heads, head_dim), dtype=out_dtype)
-    library().laser_paged_attention(
+    loaded().laser_paged_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), kv_dtype, block_tables.data_ptr(),
         block_tables.shape[1], seq_lens.data_ptr(),
         None if query_start_loc is None else query_start_loc.data_ptr(), num_seqs, num_heads,
@@ -227,7 +235,7 @@ def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if width % 2:
         raise ValueError(f"silu_and_mul: last dim {width} is odd")
     out = torch.empty((num_tokens, width // 2), dtype=out_dtype)
-    library().laser_silu_and_mul(x.data_ptr(), DTYPES[x.dtype], num_tokens, width // 2,
+    loaded().laser_silu_and_mul(x.data_ptr(), DTYPES[x.dtype], num_tokens, width // 2,
                                  out.data_ptr(), DTYPES[out_dtype])
     return out
 
@@ -296,7 +304,7 @@ def pack_bf16(weight: torch.Tensor) -> PackedBF16:
         raise ValueError(f"pack_bf16: in_features {k} is odd")
     blocks = -(-n // GEMM_BLOCK)
     data = torch.empty((blocks, k // 2, GEMM_BLOCK, 2), dtype=torch.bfloat16)
-    library().laser_pack_bf16(weight.data_ptr(), n, k, data.data_ptr())
+    loaded().laser_pack_bf16(weight.data_ptr(), n, k, data.data_ptr())
     return PackedBF16(data, n, k)
 
 
@@ -315,7 +323,7 @@ def gemm_bf16(x: torch.Tensor, packed: PackedBF16, out_dtype: torch.dtype,
     _check(x, "x", dtype)
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
     threads = _gemm_threads(num_rows) if threads is None else threads
-    library().laser_gemm_bf16(x.data_ptr(), DTYPES[dtype], num_rows, k, packed.data.data_ptr(),
+    loaded().laser_gemm_bf16(x.data_ptr(), DTYPES[dtype], num_rows, k, packed.data.data_ptr(),
                               packed.out_features, out.data_ptr(), DTYPES[out_dtype], threads)
     return out
 
@@ -332,7 +340,7 @@ def rescore_top(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor
     num_rows, vocab = logits.shape
     if hidden.shape[0] != num_rows or weight.shape != (vocab, hidden.shape[1]) or k > 256:
         return False
-    library().laser_rescore_top(logits.data_ptr(), num_rows, vocab, k, hidden.data_ptr(),
+    loaded().laser_rescore_top(logits.data_ptr(), num_rows, vocab, k, hidden.data_ptr(),
                                 hidden.shape[1], weight.data_ptr(), _gemm_threads(num_rows))
     return True
 
@@ -342,12 +350,12 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     ``[rows, n]``, rows over the pool."""
     rows, n = x.shape
     out = torch.empty(rows, dtype=torch.int64)
-    library().laser_argmax_rows(x.data_ptr(), rows, n, out.data_ptr(), _gemm_threads(rows))
+    loaded().laser_argmax_rows(x.data_ptr(), rows, n, out.data_ptr(), _gemm_threads(rows))
     return out
 
 
 # the decoder layer and stack calls live in their own module; callers keep ``_cpu.<name>``
-from . import layers as _layers  # noqa: E402
-
-LayerWeights, StackWeights = _layers.LayerWeights, _layers.StackWeights
-decoder_layer, decoder_stack = _layers.decoder_layer, _layers.decoder_stack
+from .layers import LayerWeights as LayerWeights  # noqa: E402
+from .layers import StackWeights as StackWeights  # noqa: E402
+from .layers import decoder_layer as decoder_layer  # noqa: E402
+from .layers import decoder_stack as decoder_stack  # noqa: E402

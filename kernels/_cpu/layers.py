@@ -7,7 +7,7 @@ import ctypes
 
 import torch
 
-from . import _ACTS, DTYPES, _check, _check_all, _check_kv, _gemm_threads, library
+from . import _ACTS, DTYPES, _check, _check_all, _check_kv, _gemm_threads, loaded
 
 
 class LayerWeights:
@@ -65,7 +65,7 @@ def decoder_layer(x: torch.Tensor, residual: torch.Tensor, first: bool,
     num_heads, num_kv_heads, head_dim = heads
     k_cache, v_cache = kv_cache
     out = torch.empty((num_tokens, hidden), dtype=act)
-    library().laser_decoder_layer(
+    loaded().laser_decoder_layer(
         x.data_ptr(), DTYPES[x.dtype], residual.data_ptr(), int(first), norms[0].data_ptr(),
         norms[1].data_ptr(), eps, weights.pointers, weights.formats, DTYPES[act], num_tokens,
         hidden, num_heads, num_kv_heads, head_dim, weights.intermediate, pos, cs,
@@ -132,7 +132,7 @@ def decoder_stack(x: torch.Tensor, residual: torch.Tensor, first: bool, stack: S
     formats = ctypes.cast(ctypes.byref(stack.formats, 4 * start * 4), ctypes.c_void_p)
     callback = STOP_FN(lambda: int(bool(stop()))) if stop is not None else None
     block_size = stack.keep[2][0][0].shape[1]
-    return library().laser_decoder_stack(
+    return loaded().laser_decoder_stack(
         stack.num_layers - start, min_layers, callback, x.data_ptr(), DTYPES[x.dtype],
         residual.data_ptr(), int(first), layers, formats, eps, DTYPES[act], num_tokens, hidden,
         num_heads, num_kv_heads, head_dim, stack.intermediate, pos, cs, stack.kv_dtype, slots,

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 import torch
 
-from . import _check, _gemm_threads, library
+from . import _check, _gemm_threads, library, loaded
 
 Q4_0, Q4_1, Q8_0 = 2, 3, 8  # GGML's type ids
 FORMATS = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
@@ -35,7 +35,7 @@ def supported() -> bool:
 def isa(limit: int | None = None) -> str:
     """The path in use (``ISAS``); ``limit`` caps it from now on (tests force each path;
     ``len(ISAS)`` lifts the cap)."""
-    return ISAS[library().laser_quant_isa(-1 if limit is None else limit)]
+    return ISAS[loaded().laser_quant_isa(-1 if limit is None else limit)]
 
 
 # PackedQuant.split (laser_gemm_q's split): activations in one part, two, two for the prompt
@@ -83,9 +83,9 @@ def pack_q(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
     """GGUF rows (``[N, K / 32 * block bytes]`` uint8, any shape of those bytes) -> packed."""
     n, k = out_features, in_features
     src = _raw(raw, fmt, n, k)
-    size = library().laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // BLOCK)
+    size = loaded().laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // BLOCK)
     data = torch.empty(size, dtype=torch.uint8)
-    library().laser_pack_q(src.data_ptr(), fmt, n, k, data.data_ptr())
+    loaded().laser_pack_q(src.data_ptr(), fmt, n, k, data.data_ptr())
     return PackedQuant(data, fmt, n, k)
 
 
@@ -96,7 +96,7 @@ def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
     if k % BLOCK:
         raise ValueError(f"in_features {k} is not a multiple of {BLOCK}")
     raw = torch.empty((n, k // BLOCK * GGUF_BLOCK_BYTES[Q8_0]), dtype=torch.uint8)
-    library().laser_quantize_q8_0(weight.data_ptr(), n, k, raw.data_ptr())
+    loaded().laser_quantize_q8_0(weight.data_ptr(), n, k, raw.data_ptr())
     return raw
 
 
@@ -105,7 +105,7 @@ def dequantize(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
     """GGUF rows -> float32 ``[N, K]`` (tests and references)."""
     src = _raw(raw, fmt, out_features, in_features)
     out = torch.empty((out_features, in_features), dtype=torch.float32)
-    library().laser_dequantize_q(src.data_ptr(), fmt, out_features, in_features, out.data_ptr())
+    loaded().laser_dequantize_q(src.data_ptr(), fmt, out_features, in_features, out.data_ptr())
     return out
 
 
@@ -128,7 +128,7 @@ def gemm_q(x: torch.Tensor, packed: PackedQuant, out_dtype: torch.dtype = torch.
     out = torch.empty((num_rows, packed.out_features), dtype=out_dtype)
     if num_rows:
         threads = _gemm_threads(num_rows) if threads is None else threads
-        library().laser_gemm_q(x.data_ptr(), DTYPES[x.dtype], num_rows, k,
+        loaded().laser_gemm_q(x.data_ptr(), DTYPES[x.dtype], num_rows, k,
                                packed.data.data_ptr(), packed.fmt, packed.out_features,
                                out.data_ptr(), DTYPES[out_dtype], threads, packed.split, one_rows)
     return out

@@ -63,7 +63,7 @@ def _patch_interpreter_loop_bounds() -> None:
         original(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
-    patched._laser_loop_bounds = True
+    setattr(patched, "_laser_loop_bounds", True)  # marks the function (not a known attribute)
     interpreter._patch_lang_tensor = patched
 
 
