@@ -1,35 +1,34 @@
-"""Schedulers: one interface, several policies. ``fcfs``, ``priority`` and ``edf`` (baselines),
-``partitioned`` (static per-tier pools, what operators do today) and ``laser`` (tier-aware)."""
+"""Schedulers: one interface; the product serves ``laser`` (tier-aware) and keeps ``fcfs`` as
+the plain fallback (``fcfs.py`` says when an operator wants it). The simulator's baselines
+(``priority``, ``edf``, ``partitioned``) live in ``sim.policies``."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from inference.kv.block_manager import BlockManager
 from inference.scheduler.base import Scheduler
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, EwmaCostEstimator, LinearCost
-from inference.scheduler.fcfs import EDFScheduler, FCFSScheduler, PriorityScheduler
+from inference.scheduler.fcfs import FCFSScheduler
 from inference.scheduler.laser import LaserAblations, LaserPolicyConfig, LaserScheduler
-from inference.scheduler.partitioned import PartitionedScheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan, StepResult
 
 POLICIES: dict[str, type[Scheduler]] = {
     FCFSScheduler.name: FCFSScheduler,
-    PriorityScheduler.name: PriorityScheduler,
-    EDFScheduler.name: EDFScheduler,
-    PartitionedScheduler.name: PartitionedScheduler,
     LaserScheduler.name: LaserScheduler,
 }
 
 
-def make_scheduler(policy: str, config: SchedulerConfig, kv: BlockManager,
-                   **options) -> Scheduler:
-    """Build a policy by name. ``options`` go to its constructor: ``policy_config=``, ``cost=``,
-    ``ablations=`` and ``pause_layers=`` for ``laser``, ``shares=`` for ``partitioned``; the
-    baselines take none."""
+def make_scheduler(policy: str, config: SchedulerConfig, kv: BlockManager, *,
+                   registry: Mapping[str, type[Scheduler]] = POLICIES, **options) -> Scheduler:
+    """Build a policy of ``registry`` by name. ``options`` go to its constructor:
+    ``policy_config=``, ``cost=``, ``ablations=`` and ``pause_layers=`` for ``laser``; ``fcfs``
+    takes none."""
     try:
-        cls = POLICIES[policy]
+        cls = registry[policy]
     except KeyError:
-        raise ValueError(f"unknown scheduling policy {policy!r}; known: {sorted(POLICIES)}")
+        raise ValueError(f"unknown scheduling policy {policy!r}; known: {sorted(registry)}")
     return cls(config, kv, **options)
 
 

@@ -1,17 +1,16 @@
-"""First-come-first-served continuous batching (vLLM's default policy; the baseline).
+"""First-come-first-served continuous batching (vLLM's default policy), the plain fallback.
 
 Running sequences advance first (decodes and unfinished prefill chunks), in arrival order;
 when KV blocks run out the latest arrival is preempted; then waiting sequences join in arrival
-order while the token budget and the sequence cap allow. ``priority`` and ``edf`` reuse the same
-loop with another order.
+order while the token budget and the sequence cap allow. The engine serves it where an operator
+sets ``LASER_POLICY=fcfs``: one tier-blind order with no per-tier pacing, for a deployment that
+serves one tier or to take the tier-aware policy out of the way while a fault is isolated. The
+simulator's ``priority`` and ``edf`` baselines (``sim.policies``) reuse its loop.
 """
 
 from __future__ import annotations
 
-import math
-
 from inference.kv.block_manager import BlockCopy
-from inference.request import Tier
 from inference.scheduler.base import Scheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan
 from inference.sequence import Sequence
@@ -61,29 +60,3 @@ class FCFSScheduler(Scheduler):
             items.append(got)
             budget -= got[0].num_tokens
         return budget
-
-
-class PriorityScheduler(FCFSScheduler):
-    """Strict static priority by tier (hot, then warm, then cold), FCFS within a tier."""
-
-    name = "priority"
-
-    def sort_key(self, seq: Sequence) -> tuple:
-        return (seq.tier.rank, seq.arrival_time, seq.seq_id)
-
-
-class EDFScheduler(FCFSScheduler):
-    """Earliest deadline first over the same loop: hot by its TTFT deadline (arrival + TTFT
-    target), warm by arrival + its mean-TTFT target, cold by its deadline."""
-
-    name = "edf"
-
-    def sort_key(self, seq: Sequence) -> tuple:
-        t = seq.targets
-        if seq.asked_tier is Tier.HOT:
-            due = seq.arrival_time + t.ttft_p99_s
-        elif seq.asked_tier is Tier.WARM:
-            due = seq.arrival_time + t.warm_mean_ttft_s
-        else:
-            due = seq.deadline if seq.deadline is not None else math.inf
-        return (due, seq.seq_id)

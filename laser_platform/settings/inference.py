@@ -26,7 +26,7 @@ BUNDLED_MODEL_NAMES = ("", "smollm2-135m-instruct", "smollm2", "default")
 # scheduler's POLICIES); tests/apps/gateway/test_engine_config.py keeps the two lists equal.
 DTYPES = ("float32", "bfloat16", "float16")
 MATMUL_DTYPES = ("auto", "float32", "bfloat16", "quant", "q8")
-POLICIES = ("laser", "priority", "edf", "partitioned", "fcfs")
+POLICIES = ("laser", "fcfs")
 
 
 def whole(raw: str) -> int:
@@ -95,7 +95,7 @@ LASER_LONG_PREFILL_CHUNK: int | None = env("LASER_LONG_PREFILL_CHUNK", None, cou
 # Requests the engine queues past which it refuses new ones fast.
 LASER_MAX_WAITING: int = env("LASER_MAX_WAITING", 1024, count)
 # The engine's scheduling policy: "laser" keeps each tier's contract (hot reserve, demotion,
-# borrowing, cold deadline pacing); "priority", "edf", "partitioned" and "fcfs" are baselines.
+# borrowing, cold deadline pacing); "fcfs" is the plain fallback (inference/scheduler/fcfs.py).
 LASER_POLICY: str = env("LASER_POLICY", "laser", choices=POLICIES)
 # laser: a hot request that cannot start within its target is demoted to warm with notice; a
 # request is refused (503 + Retry-After) only when the warm backlog ahead of it passes this many

@@ -5,20 +5,21 @@ from __future__ import annotations
 from inference.kv.block_manager import BlockManager
 from inference.request import ContractTargets, EngineRequest, SamplingParams, Tier
 from inference.scheduler import SchedulerConfig
-from inference.scheduler import make_scheduler as _make
 from inference.sequence import Sequence, sequences_from_request
+from sim.policies import make_policy
 
 EOS = 0
 
 
 def make_scheduler(policy: str = "fcfs", *, num_blocks: int = 64, block_size: int = 4,
                    prefix_caching: bool = True, options: dict | None = None, **config):
-    """``options`` go to the policy's constructor (``policy_config=``, ``cost=`` for laser)."""
+    """Any policy, the simulator's baselines too (``sim.policies``); ``options`` go to its
+    constructor (``policy_config=``, ``cost=`` for laser)."""
     config.setdefault("max_num_batched_tokens", 32)
     config.setdefault("long_prefill_chunk", min(16, config["max_num_batched_tokens"]))
     config.setdefault("max_model_len", num_blocks * block_size)
     kv = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
-    return _make(policy, SchedulerConfig(**config), kv, **(options or {}))
+    return make_policy(policy, SchedulerConfig(**config), kv, **(options or {}))
 
 
 def make_request(rid: str, prompt_len: int = 8, max_tokens: int = 4, *, tier=Tier.HOT,

@@ -15,13 +15,13 @@ from inference.scheduler.laser.policy import LaserScheduler
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
 from inference.sequence import SequenceStatus
-from inference.sim import SimConfig, simulate
-from inference.sim.profiles import traces_dir
-from inference.sim.scenarios import multi_turn
-from inference.sim.summary import TIMING, summarize
-from inference.sim.traces import TraceRequest
+from sim import SimConfig, simulate
+from sim.profiles import traces_dir
+from sim.scenarios import multi_turn
+from sim.summary import TIMING, summarize
+from sim.traces import TraceRequest
 from tests.inference.factories import make_request
-from tests.inference.sim.test_speedups import overload_trace, roofline
+from tests.sim.test_speedups import overload_trace, roofline
 
 
 def hot_key(seq) -> tuple:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from inference.request import Tier
 from inference.scheduler import LaserScheduler, Scheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan
-from inference.sim.cost_model import STEP_OVERHEAD_S, CostModel
+from sim.cost_model import STEP_OVERHEAD_S, CostModel
 
 GROUPS = (1, 2, 4, 8)  # a relaxed row runs the remaining depth, then 1/2, 1/4, 1/8 of it
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inference.scheduler.cost import largest_fitting
-from inference.sim.profiles import GPUSpec, ModelSpec
+from sim.profiles import GPUSpec, ModelSpec
 
 OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
        "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
@@ -137,7 +137,7 @@ class CostModel:
 
 def cost_model_for(gpu: str, model: str, root: Path | None = None) -> CostModel:
     """The calibrated model where a profile CSV exists for the pair, else the roofline."""
-    from inference.sim.profiles import GPUS, MODELS, PROFILED, traces_dir
+    from sim.profiles import GPUS, MODELS, PROFILED, traces_dir
 
     rel = PROFILED.get((gpu, model))
     profile = load_profile((root or traces_dir()) / rel) if rel else None

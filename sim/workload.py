@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from inference.request import ContractTargets, Profile, Tier
 from inference.sequence import Sequence
-from inference.sim.config import Contracts
-from inference.sim.cost_model import CostModel
-from inference.sim.traces import TraceRequest
+from sim.config import Contracts
+from sim.cost_model import CostModel
+from sim.traces import TraceRequest
 
 _STRIDE = 1 << 20  # distinct token ids of request i start at (i + 1) * _STRIDE
 

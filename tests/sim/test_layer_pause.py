@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from inference.request import Tier
-from inference.sim import SimConfig, simulate
-from inference.sim.summary import summarize
-from inference.sim.traces import TraceRequest
-from tests.inference.sim.test_simulator import FlatCost  # 10 ms a step plus 1 ms a token
+from sim import SimConfig, simulate
+from sim.summary import summarize
+from sim.traces import TraceRequest
+from tests.sim.test_simulator import FlatCost  # 10 ms a step plus 1 ms a token
 
 
 def run(pause: bool):

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from inference.request import Tier
 from inference.scheduler import LaserPolicyConfig
-from inference.sim import SimConfig, simulate
-from inference.sim.cost_model import cost_model_for
-from inference.sim.profiles import traces_dir
-from inference.sim.scenarios import mark_contract, multi_turn
-from inference.sim.summary import summarize
-from inference.sim.traces import TraceRequest
-from tests.inference.sim.test_simulator import FlatCost
+from sim import SimConfig, simulate
+from sim.cost_model import cost_model_for
+from sim.profiles import traces_dir
+from sim.scenarios import mark_contract, multi_turn
+from sim.summary import summarize
+from sim.traces import TraceRequest
+from tests.sim.test_simulator import FlatCost
 
 BUDGET = 256
 LONGEST_STEP_S = FlatCost().plan_time([(0, BUDGET)])  # 10 ms + 1 ms a token

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from inference.sim import SimConfig, simulate
-from inference.sim.profiles import traces_dir
-from inference.sim.scenarios import multi_turn
-from inference.sim.summary import summarize
+from sim import SimConfig, simulate
+from sim.profiles import traces_dir
+from sim.scenarios import multi_turn
+from sim.summary import summarize
 
 
 @pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")

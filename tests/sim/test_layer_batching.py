@@ -7,13 +7,13 @@ import pytest
 from inference.request import Tier
 from inference.scheduler import LaserAblations
 from inference.scheduler.plan import ScheduledSeq
-from inference.sim import SimConfig, simulate
-from inference.sim.config import Contracts
-from inference.sim.cost_model import STEP_OVERHEAD_S, CostModel
-from inference.sim.layer_batching import LayerBatcher
-from inference.sim.profiles import GPUS, MODELS
-from inference.sim.summary import summarize
-from inference.sim.traces import TraceRequest
+from sim import SimConfig, simulate
+from sim.config import Contracts
+from sim.cost_model import STEP_OVERHEAD_S, CostModel
+from sim.layer_batching import LayerBatcher
+from sim.profiles import GPUS, MODELS
+from sim.summary import summarize
+from sim.traces import TraceRequest
 
 HOT_TBT = 0.025
 RELAXED_OUT = 1500

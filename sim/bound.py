@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.request import Tier
-from inference.sim.config import Contracts
-from inference.sim.cost_model import CostModel
-from inference.sim.traces import TraceRequest
-from inference.sim.workload import Workload
+from sim.config import Contracts
+from sim.cost_model import CostModel
+from sim.traces import TraceRequest
+from sim.workload import Workload
 
 GROUP = 16  # longest run of consecutive arrivals examined as one group
 

@@ -14,12 +14,12 @@ from inference.request import Tier
 from inference.scheduler.laser.fill import StepFill
 from inference.scheduler.laser.slack import Speeds, hot_slack_frac, min_hot_slack_frac
 from inference.sequence import Sequence
-from inference.sim import SimConfig, simulate
-from inference.sim.cost_model import CostModel
-from inference.sim.profiles import GPUS, MODELS, traces_dir
-from inference.sim.scenarios import multi_turn
-from inference.sim.summary import TIMING, summarize
-from inference.sim.traces import TraceRequest
+from sim import SimConfig, simulate
+from sim.cost_model import CostModel
+from sim.profiles import GPUS, MODELS, traces_dir
+from sim.scenarios import multi_turn
+from sim.summary import TIMING, summarize
+from sim.traces import TraceRequest
 from tests.inference.factories import make_request
 
 

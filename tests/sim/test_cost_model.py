@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from inference.sim.cost_model import OPS, CostModel, cost_model_for
-from inference.sim.profiles import GPUS, MODELS, PROFILED, kv_capacity_tokens, traces_dir
+from sim.cost_model import OPS, CostModel, cost_model_for
+from sim.profiles import GPUS, MODELS, PROFILED, kv_capacity_tokens, traces_dir
 
 pytestmark = pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
 

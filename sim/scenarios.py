@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from inference.request import Tier
-from inference.sim.profiles import traces_dir
-from inference.sim.traces import TraceRequest, read_arxiv, read_azure
+from sim.profiles import traces_dir
+from sim.traces import TraceRequest, read_arxiv, read_azure
 
 CONV = "AzureLLMInferenceTrace_conv.csv"
 CODE = "AzureLLMInferenceTrace_code.csv"

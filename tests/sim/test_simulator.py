@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
-from inference.scheduler import POLICIES
-from inference.sim import Contracts, SimConfig, simulate
-from inference.sim.profiles import traces_dir
-from inference.sim.scenarios import s1
-from inference.sim.summary import TIMING, summarize
-from inference.sim.traces import TraceRequest
+from sim import Contracts, SimConfig, simulate
+from sim.policies import POLICIES
+from sim.profiles import traces_dir
+from sim.scenarios import s1
+from sim.summary import TIMING, summarize
+from sim.traces import TraceRequest
 
 HOT, COLD = Tier.HOT, Tier.COLD
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from inference.request import Tier
-from inference.sim.profiles import traces_dir
-from inference.sim.scenarios import s1, s2
-from inference.sim.traces import TraceRequest, read_jsonl, write_jsonl
+from sim.profiles import traces_dir
+from sim.scenarios import s1, s2
+from sim.traces import TraceRequest, read_jsonl, write_jsonl
 
 COLD = Tier.COLD
 

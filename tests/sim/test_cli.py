@@ -1,4 +1,4 @@
-"""``python -m inference.sim`` on a user trace: table, ratios, JSON and plots."""
+"""``python -m sim`` on a user trace: table, ratios, JSON and plots."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from inference.request import Tier
-from inference.sim.__main__ import main
-from inference.sim.profiles import traces_dir
-from inference.sim.traces import TraceRequest, write_jsonl
+from sim.__main__ import main
+from sim.profiles import traces_dir
+from sim.traces import TraceRequest, write_jsonl
 
 pytestmark = pytest.mark.skipif(not traces_dir().is_dir(), reason="shared traces absent")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inference.sim.config import SimConfig
-from inference.sim.loop import simulate
-from inference.sim.summary import TARGETS, summarize
-from inference.sim.traces import TraceRequest
+from sim.config import SimConfig
+from sim.loop import simulate
+from sim.summary import TARGETS, summarize
+from sim.traces import TraceRequest
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""``python -m inference.sim.layer_ablation``: ``laser`` with layer pause on, layer-level decode
+"""``python -m sim.layer_ablation``: ``laser`` with layer pause on, layer-level decode
 batching off and on (and the same without the TBT-cap turn-taking of ``share.py``, which the
 batching can replace), on one scenario; prints a markdown table (docs/simulator.md)."""
 
@@ -8,10 +8,10 @@ import argparse
 
 from inference.request import Tier
 from inference.scheduler import LaserAblations
-from inference.sim.config import Contracts, SimConfig
-from inference.sim.loop import simulate
-from inference.sim.scenarios import SCENARIOS
-from inference.sim.summary import summarize
+from sim.config import Contracts, SimConfig
+from sim.loop import simulate
+from sim.scenarios import SCENARIOS
+from sim.summary import summarize
 
 HEADER = ("| scenario | load | hot TBT ms | tbt share | decode batching | hot att. | warm att. "
           "| cold att. | hot P99 TBT ms | warm tok/s | cold tok/s | split steps |")
@@ -35,7 +35,7 @@ def row(name: str, load: float, duration: float, hot_tbt: float, share: bool,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m inference.sim.layer_ablation")
+    ap = argparse.ArgumentParser(prog="python -m sim.layer_ablation")
     ap.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
     ap.add_argument("--load", type=float, required=True)
     ap.add_argument("--duration", type=float, default=900.0)

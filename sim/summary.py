@@ -7,9 +7,9 @@ import statistics
 from collections import defaultdict
 
 from inference.request import Tier
-from inference.sim.accounting import Record, nearest_rank
-from inference.sim.config import Contracts
-from inference.sim.loop import RunResult
+from sim.accounting import Record, nearest_rank
+from sim.config import Contracts
+from sim.loop import RunResult
 
 # attainment a load must keep (goodput)
 TARGETS = {Tier.HOT: 0.99, Tier.WARM: 0.90, Tier.COLD: 0.99}

@@ -1,4 +1,4 @@
-"""``python -m inference.sim``: replay a scenario or a JSONL trace through one or several
+"""``python -m sim``: replay a scenario or a JSONL trace through one or several
 scheduling policies and print their SLO report side by side (see docs/simulator.md)."""
 
 from __future__ import annotations
@@ -10,24 +10,25 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from inference.request import Tier
-from inference.scheduler import POLICIES, LaserAblations
-from inference.sim.bound import hot_miss_bound
-from inference.sim.config import DEFAULT_BUDGET, Contracts, SimConfig
-from inference.sim.cost_model import cost_model_for
-from inference.sim.goodput import find_goodput
-from inference.sim.loop import simulate
-from inference.sim.plots import write_plots
-from inference.sim.profiles import GPUS, MODELS
-from inference.sim.report import format_ratios, ratios, table, write_json
-from inference.sim.scenarios import SCENARIOS
-from inference.sim.summary import summarize
-from inference.sim.traces import TraceRequest, read_jsonl
+from inference.scheduler import LaserAblations
+from sim.bound import hot_miss_bound
+from sim.config import DEFAULT_BUDGET, Contracts, SimConfig
+from sim.cost_model import cost_model_for
+from sim.goodput import find_goodput
+from sim.loop import simulate
+from sim.plots import write_plots
+from sim.policies import POLICIES
+from sim.profiles import GPUS, MODELS
+from sim.report import format_ratios, ratios, table, write_json
+from sim.scenarios import SCENARIOS
+from sim.summary import summarize
+from sim.traces import TraceRequest, read_jsonl
 
 BASELINE_ORDER = ["laser", "fcfs", "priority", "edf", "partitioned"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m inference.sim", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--scenario", choices=sorted(SCENARIOS))
     src.add_argument("--trace", type=Path, help="JSONL trace (docs/simulator.md)")
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     if bound is not None and bound.hot:
         print(f"hot misses no policy avoids: >= {bound.misses} of {bound.hot} "
               f"(hot attainment <= {bound.max_attainment:.1%})")
-    report = {"title": title, "command": "python -m inference.sim " + " ".join(
+    report = {"title": title, "command": "python -m sim " + " ".join(
         sys.argv[1:] if argv is None else argv), "date": datetime.date.today().isoformat(),
         "requests": len(trace), "policies": summaries, "ratios": rat, "goodput_probes": probes,
         "hot_bound": None if bound is None else {Tier.HOT: bound.hot, "misses": bound.misses}}

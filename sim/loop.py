@@ -30,16 +30,17 @@ from dataclasses import dataclass
 from inference.errors import AdmissionRefused
 from inference.kv.block_manager import BlockManager
 from inference.request import Tier
-from inference.scheduler import Scheduler, make_scheduler
+from inference.scheduler import Scheduler
 from inference.scheduler.plan import StepPlan
 from inference.sequence import SequenceStatus
-from inference.sim.accounting import Accounting
-from inference.sim.config import SimConfig
-from inference.sim.cost_model import MEM_EFF, STEP_OVERHEAD_S, CostModel, cost_model_for
-from inference.sim.layer_batching import LayerBatcher
-from inference.sim.profiles import GPUS, MODELS, kv_capacity_tokens
-from inference.sim.traces import TraceRequest
-from inference.sim.workload import Workload
+from sim.accounting import Accounting
+from sim.config import SimConfig
+from sim.cost_model import MEM_EFF, STEP_OVERHEAD_S, CostModel, cost_model_for
+from sim.layer_batching import LayerBatcher
+from sim.policies import make_policy
+from sim.profiles import GPUS, MODELS, kv_capacity_tokens
+from sim.traces import TraceRequest
+from sim.workload import Workload
 
 SAMPLED_TOKEN = 1  # any id outside the EOS set: a request runs to its trace's output length
 
@@ -68,7 +69,7 @@ def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
     options = ({"cost": cost, "policy_config": cfg.laser, "ablations": cfg.ablations,
                 "pause_layers": MODELS[cfg.model].num_layers if cfg.layer_pause else 0}
                if cfg.policy == "laser" else {})
-    return make_scheduler(cfg.policy, cfg.scheduler_config(), kv, **options)
+    return make_policy(cfg.policy, cfg.scheduler_config(), kv, **options)
 
 
 def simulate(trace: list[TraceRequest], cfg: SimConfig, *, cost: CostModel | None = None,

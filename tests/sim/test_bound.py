@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.request import Tier
-from inference.sim import Contracts, SimConfig, simulate
-from inference.sim.bound import hot_miss_bound
-from inference.sim.cost_model import cost_model_for
-from inference.sim.profiles import traces_dir
-from inference.sim.summary import summarize
-from inference.sim.traces import TraceRequest
+from sim import Contracts, SimConfig, simulate
+from sim.bound import hot_miss_bound
+from sim.cost_model import cost_model_for
+from sim.profiles import traces_dir
+from sim.summary import summarize
+from sim.traces import TraceRequest
 
 # the cost model reads the shared profiling files: skip (like the other simulator tests)
 # rather than fail at import where they are absent

@@ -1,7 +1,0 @@
-"""Trace-driven simulator: the real scheduler and KV block manager, a calibrated cost model
-for step times, and the platform's SLO accounting. ``python -m inference.sim --help``."""
-
-from inference.sim.config import Contracts, SimConfig
-from inference.sim.loop import simulate
-
-__all__ = ["Contracts", "SimConfig", "simulate"]
