@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inference.errors import AdmissionRefused  # noqa: E402
 from inference.request import ContractTargets, Tier  # noqa: E402
-from inference.scheduler import POLICIES  # noqa: E402
 from inference.sequence import Sequence  # noqa: E402
-from inference.sim import SimConfig  # noqa: E402
-from inference.sim.cost_model import cost_model_for  # noqa: E402
-from inference.sim.loop import build_scheduler  # noqa: E402
+from sim import SimConfig  # noqa: E402
+from sim.cost_model import cost_model_for  # noqa: E402
+from sim.loop import build_scheduler  # noqa: E402
+from sim.policies import POLICIES  # noqa: E402
 
 ORDER = ["laser", "fcfs", "priority", "partitioned"]
 OUT = Path(__file__).resolve().parent / "out" / "scheduler_cost.json"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.sim import SimConfig  # noqa: E402
-from inference.sim.goodput import find_goodput  # noqa: E402
-from inference.sim.scenarios import SCENARIOS  # noqa: E402
-from inference.sim.summary import TARGETS  # noqa: E402
+from sim import SimConfig  # noqa: E402
+from sim.goodput import find_goodput  # noqa: E402
+from sim.scenarios import SCENARIOS  # noqa: E402
+from sim.summary import TARGETS  # noqa: E402
 
 POINTS = {"90%": {"hot": 0.90, "warm": 0.90, "cold": 0.90}, "99%": TARGETS}
 BASELINES = ("fcfs", "priority", "edf")

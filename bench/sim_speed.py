@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.sim import SimConfig, simulate  # noqa: E402
-from inference.sim.__main__ import policies  # noqa: E402
-from inference.sim.scenarios import SCENARIOS  # noqa: E402
-from inference.sim.summary import summarize  # noqa: E402
+from sim import SimConfig, simulate  # noqa: E402
+from sim.__main__ import policies  # noqa: E402
+from sim.scenarios import SCENARIOS  # noqa: E402
+from sim.summary import summarize  # noqa: E402
 
 HOT_FLOOR = 0.90
 BUDGET_S = 60.0  # the item's bound on one policy's run
