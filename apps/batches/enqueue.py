@@ -24,10 +24,17 @@ def after_commit(send: Callable[..., None], *args: int) -> None:
 
 
 def _safely(send: Callable[..., None], *args: int) -> None:
+    sent(send, *args)
+
+
+def sent(send: Callable[..., None], *args: int) -> bool:
+    """Send now; False (logged) when the broker refused it."""
     try:
         send(*args)
     except Exception:
         logger.exception("could not enqueue %s%r; the sweep will retry", send.__name__, args)
+        return False
+    return True
 
 
 def _send(task: str, *args: int, countdown: int = 0) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from celery import shared_task
 from django.conf import settings
@@ -41,28 +42,43 @@ def run_chunk(self, batch_id: int, first: int, last: int) -> None:
     """Run one turn of lines ``first..last``; enqueue the next turn at the back of the queue
     (after its rate window, if the tenant must wait); finalize when none is left.
 
-    The engine or the database away: the chunk runs again later (a failed task would be acked
-    and its lines left to the sweep); the lines it wrote are skipped then."""
-    from apps.batches import enqueue
-
+    The next turn is the batch's only message: when the broker refuses it (Redis restarting),
+    this task runs the next turns itself, trying the hand-over after each, for up to the soft
+    limit; past that the sweep re-enqueues the batch. The engine or the database away: the chunk
+    runs again later (a failed task would be acked and its lines left to the sweep); the lines
+    it wrote are skipped then."""
+    started = time.monotonic()
     try:
-        result = chunk_run(batch_id=batch_id, first=first, last=last)
-        if result.next_first is not None:
+        while True:
+            result = chunk_run(batch_id=batch_id, first=first, last=last)
+            if result.next_first is None:
+                batch_finalize(batch_id=batch_id)
+                return
             batch_touch(batch_id=batch_id)
-            if result.resume_in > 0:
-                countdown = min(math.ceil(result.resume_in), MAX_COUNTDOWN_S)
-                enqueue.after_commit(enqueue.chunk_later, batch_id, result.next_first, last,
-                                     countdown)
-            else:
-                enqueue.after_commit(enqueue.chunk, batch_id, result.next_first, last)
-            return
-        batch_finalize(batch_id=batch_id)
+            countdown = min(math.ceil(result.resume_in), MAX_COUNTDOWN_S)
+            if _hand_over(batch_id, result.next_first, last, countdown):
+                return
+            if time.monotonic() - started > settings.LASER_BATCH_CHUNK_SOFT_LIMIT_S:
+                logger.error("batch %s: its next turn could not be enqueued; the sweep will "
+                             "re-enqueue it", batch_id)
+                return
+            time.sleep(max(countdown, 1))  # the broker is away: nothing else can run either
+            first = result.next_first
     except EngineUnavailable as exc:
         logger.warning("engine unavailable for batch %s; retrying chunk", batch_id)
         raise self.retry(exc=exc, countdown=5) from exc
     except DB_DOWN as exc:
         logger.warning("database unavailable for batch %s (%s); retrying chunk", batch_id, exc)
         raise self.retry(exc=exc, countdown=2) from exc
+
+
+def _hand_over(batch_id: int, first: int, last: int, countdown: int) -> bool:
+    """Enqueue the batch's next turn now (a task runs outside any transaction)."""
+    from apps.batches import enqueue
+
+    if countdown > 0:
+        return enqueue.sent(enqueue.chunk_later, batch_id, first, last, countdown)
+    return enqueue.sent(enqueue.chunk, batch_id, first, last)
 
 
 @shared_task(name="batches.finalize", **_SAFE)

@@ -122,3 +122,21 @@ def test_a_tenant_with_more_batches_gets_no_more_lines_per_round(
     assert order[:4].count("theirs") == 2, order  # round one: 1 + 1 lines of mine, 2 of theirs
     assert order[4:8].count("theirs") == 2, order
     assert {_status(b) for b in (*mine, theirs)} == {"completed"}
+
+
+def test_a_turn_the_broker_refuses_is_run_by_the_task_itself(cold, upload, queue, engine,
+                                                             settings, monkeypatch):
+    """The next turn is the batch's only message: with the broker away (Redis restarting) the
+    task keeps the batch's turns instead of leaving them to the sweep."""
+    from apps.batches import enqueue, tasks
+
+    settings.LASER_BATCH_CHUNK_LINES = 2
+    batch = _create(cold, upload, 5, "r")
+    queue.run_one()  # validation: one turn queued
+    refused = []
+    monkeypatch.setattr(enqueue, "sent", lambda send, *args: refused.append(args) and False)
+    monkeypatch.setattr(tasks.time, "sleep", lambda s: None)
+    _, args = queue.items.pop(0)
+    tasks.run_chunk(*args)
+    assert refused == [(batch.pk, 3, 5), (batch.pk, 5, 5)]  # each hand-over was tried
+    assert _status(batch) == "completed" and len(engine.requests) == 5
