@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP goes to Django (static files included) behind the body-size guard,
-WebSocket to Channels."""
+"""ASGI entry point: HTTP goes to Django (static files included) behind the body-size guard and
+the upload's key check, WebSocket to Channels."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from apps.core.body_limit import BodyLimit  # noqa: E402
+from apps.tenants.upload_auth import UploadAuth  # noqa: E402
 from laser_platform.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -29,7 +30,8 @@ application = ProtocolTypeRouter(
         # Static files (admin CSS/JS) are served by the app itself so one process is enough in
         # embedded mode; behind a proxy, serve `collectstatic` output from the proxy instead.
         # BodyLimit answers 413 past the route's body limit before Django reads the body.
-        "http": BodyLimit(ASGIStaticFilesHandler(django_asgi_app)),
+        # UploadAuth answers a file upload without a valid key with 401, also unread.
+        "http": BodyLimit(UploadAuth(ASGIStaticFilesHandler(django_asgi_app))),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

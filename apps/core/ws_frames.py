@@ -30,11 +30,12 @@ def _too_big(text: str, limit: int) -> bool:
     return len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit)
 
 
-def decode_frame(text_data: str | None, bytes_data: bytes | None) -> Any:
+def decode_frame(text_data: str | None, bytes_data: bytes | None, *,
+                 nul_ok: bool = True) -> Any:
     """The JSON value of one incoming frame. Raises ``MessageTooBig`` past the size limit and
     ``BadRequestError`` (``invalid_json``) for a binary frame, an empty one, malformed JSON or
     JSON nested deeper than ``LASER_MAX_JSON_DEPTH``, (``invalid_value``) for a string that is
-    not Unicode text."""
+    not Unicode text (or holds a NUL, unless ``nul_ok``: for a socket whose text is stored)."""
     limit = settings.LASER_WS_MAX_MESSAGE_BYTES
     if text_data is None:
         if bytes_data is not None and len(bytes_data) > limit:
@@ -43,5 +44,5 @@ def decode_frame(text_data: str | None, bytes_data: bytes | None) -> Any:
                               code="invalid_json")
     if _too_big(text_data, limit):
         raise MessageTooBig(f"The message exceeds the limit of {limit} bytes.")
-    return parse_json(text_data, what="The message")
+    return parse_json(text_data, what="The message", nul_ok=nul_ok)
 

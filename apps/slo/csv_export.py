@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from django.http import HttpResponse
 
+from apps.core.downloads import attachment
+
 STAT_COLUMNS = ("requests", "demoted", "excess", "prompt_tokens", "completion_tokens",
                 "tokens_per_s", "ttft_p50_s", "ttft_p99_s", "ttft_mean_s", "tbt_p99_s", "tbt_max_s")
 OUTCOME_COLUMNS = ("ok", "interrupted", "rejected_429", "rejected_503", "rejected_400", "error",
@@ -60,5 +62,5 @@ def response(filename: str, table: Table) -> HttpResponse:
     writer.writerow(header)
     writer.writerows([_cell(v) for v in line] for line in body)
     reply = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
-    reply["Content-Disposition"] = f'attachment; filename="{filename}"'
+    reply["Content-Disposition"] = attachment(filename)
     return reply

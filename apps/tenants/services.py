@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.jsonbody import text_problem
 from apps.core.tiers import TIERS, Tier
 from apps.tenants import keys
 from apps.tenants.models import ApiKey, Membership, Plan, PlanTier, Tenant
@@ -116,6 +117,9 @@ def api_key_create(
     if default_tier not in TIERS:
         names = [tier.value for tier in TIERS]
         raise ValueError(f"unknown tier {default_tier!r}; expected one of {names}")
+    problem = text_problem(name)  # PostgreSQL refuses a NUL; no encoding takes a surrogate
+    if problem is not None:
+        raise ValueError(f"the key name {problem}")
     api_key = ApiKey(
         tenant=tenant,
         name=name,

@@ -21,6 +21,7 @@ from apps.batches.selectors import batches_list, request_counts_many
 from apps.batches.services import CANCELLABLE, batch_cancel, batch_create
 from apps.batches.storage import PART_BYTES
 from apps.batches.validation import ENDPOINTS
+from apps.core.downloads import attachment
 from apps.core.errors import APIError, NotFoundError
 from apps.web.access import is_member, tenant_page
 
@@ -149,5 +150,5 @@ def file_download(request: HttpRequest, file_id: str) -> HttpResponse:
         raise Http404(exc.message) from exc
     response = StreamingHttpResponse(chunks, content_type="application/jsonl")
     response["Content-Length"] = str(found.bytes)
-    response["Content-Disposition"] = f'attachment; filename="{found.filename}"'
+    response["Content-Disposition"] = attachment(found.filename)
     return response

@@ -97,7 +97,8 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
                       **kwargs: Any) -> None:
         bind(new_request_id())  # this message's, inherited by the turn it starts
         try:
-            content = decode_frame(text_data, bytes_data)
+            # conversations are stored (PostgreSQL's jsonb): no NUL in this socket's text
+            content = decode_frame(text_data, bytes_data, nul_ok=False)
         except MessageTooBig as exc:
             self._error(exc)
             await self._shut(CLOSE_TOO_BIG)

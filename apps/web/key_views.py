@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from apps.core.jsonbody import text_problem
 from apps.core.tiers import CHOICES
 from apps.slo.selectors import contracts_for_tenant
 from apps.tenants.models import ApiKey
@@ -70,6 +71,8 @@ def key_create(request: HttpRequest) -> HttpResponse:
     errors: dict[str, str] = {}
     if len(name) > 100:
         errors["name"] = "At most 100 characters."
+    elif (problem := text_problem(name)) is not None:  # PostgreSQL would refuse a NUL
+        errors["name"] = f"The name {problem}."
     if tier not in chat_setup(request.tenant).tiers:
         errors["default_tier"] = "Choose a tier your tenant holds a contract for."
     try:

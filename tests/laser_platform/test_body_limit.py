@@ -169,6 +169,30 @@ def test_an_upload_declared_over_the_file_limit_gets_413_unread(server, settings
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("auth", [None, "Bearer lsr_nope.wrong", "Bearer revoked"])
+def test_an_upload_without_a_valid_key_gets_401_unread(server, settings, api_key_factory, auth):
+    # issue 41: a 40 MB upload within the file limit was read whole before DRF's 401
+    from apps.tenants.services import api_key_revoke
+
+    settings.LASER_BATCH_MAX_FILE_BYTES = 100_000_000
+    headers = {"Content-Type": "multipart/form-data; boundary=x",
+               "Content-Length": str(40_000_000)}
+    if auth == "Bearer revoked":
+        key, raw = api_key_factory()
+        api_key_revoke(api_key=key)
+        auth = f"Bearer {raw}"
+    if auth is not None:
+        headers["Authorization"] = auth
+    with _connect(server) as sock:
+        sock.sendall(_head("/v1/files", headers))
+        status, got, body = _response(sock)  # not one body byte was sent
+    error = json.loads(body)["error"]
+    assert (status, error["type"], got["connection"]) == (401, "authentication_error", "close")
+    assert got["www-authenticate"] == 'Bearer realm="laser"'
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
 def test_a_chunked_body_is_cut_off_with_413_while_it_is_still_streaming(server, settings):
     settings.LASER_MAX_REQUEST_BYTES = 64 * 1024
     headers = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}

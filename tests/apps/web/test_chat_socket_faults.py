@@ -46,9 +46,10 @@ async def test_a_fault_in_a_turn_is_logged_with_the_id_the_browser_is_told(world
 
 
 @pytest.mark.parametrize("frame", ['{"type": "chat", "content": "\\ud800"}',
+                                   '{"type": "chat", "content": "a\\u0000b"}',  # stored
                                    '{"type": "chat", "content": ' + "[" * 1000 + "]" * 1000
                                    + "}"])
-async def test_bad_text_and_deep_json_are_an_error_message_not_a_500(world_sync, frame):
+async def test_bad_text_nul_and_deep_json_are_an_error_message_not_a_500(world_sync, frame):
     ws = _socket(world_sync.member_cookie)
     assert (await ws.connect())[0]
     await ws.receive_json_from()
