@@ -15,16 +15,19 @@ pytestmark = pytest.mark.django_db
 CHAT = "/v1/chat/completions"
 
 
-def _validated(api, queue, cold, rows: list) -> Batch:
+def validated(api, queue, cold, content: bytes) -> Batch:
+    """The batch of a file holding ``content``, created through the API and validated (the
+    chunks it queued are not run)."""
     from apps.batches.files import file_create
 
-    uploaded = file_create(tenant=cold.tenant, filename="in.jsonl", content=jsonl(rows),
+    uploaded = file_create(tenant=cold.tenant, filename="in.jsonl", content=content,
                            purpose="batch")
     created = api.post("/v1/batches", data=json.dumps({
         "input_file_id": uploaded.uid, "endpoint": CHAT, "completion_window": "24h"}),
         content_type="application/json")
     assert created.status_code == 200, created.content
     queue.run_one()  # validate
+    queue.items.clear()
     return Batch.objects.get(uid=created.json()["id"])
 
 
@@ -37,7 +40,7 @@ def _validated(api, queue, cold, rows: list) -> Batch:
 ])
 def test_bad_text_in_a_line_fails_the_batch_naming_line_and_field(api, queue, cold, row, code,
                                                                    param):
-    batch = _validated(api, queue, cold, [chat_line("fine", "x"), row])
+    batch = validated(api, queue, cold, jsonl([chat_line("fine", "x"), row]))
     assert batch.status == "failed"
     [error] = batch.errors["data"]
     assert (error["code"], error["line"], error["param"]) == (code, 2, param)
@@ -46,6 +49,6 @@ def test_bad_text_in_a_line_fails_the_batch_naming_line_and_field(api, queue, co
 
 
 def test_a_surrogate_pair_is_text_and_runs(api, queue, cold):
-    batch = _validated(api, queue, cold, [chat_line("\U0001F600", "smile \U0001F600")])
+    batch = validated(api, queue, cold, jsonl([chat_line("\U0001F600", "smile \U0001F600")]))
     assert batch.status == "in_progress", batch.errors
     assert batch.lines.get().custom_id == "\U0001F600"

@@ -4,8 +4,10 @@ tests run the real AsyncEngine). mypy checks it against the protocol (``_check``
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
 
 from inference.engine.client import EngineClient
 from inference.engine.stats import EngineStats
@@ -116,6 +118,28 @@ class FakeEngine:
                             finish_reason="stop" if last else None, tier_change=change,
                             prompt_tokens=self.prompt_tokens, completion_tokens=i + 1,
                             cached_tokens=0)
+
+
+class TokenizingEngine(FakeEngine):
+    """A ``FakeEngine`` whose ``encode`` needs UTF-8 text, as the real tokeniser does: a lone
+    surrogate that got past the intake raises ``UnicodeEncodeError`` here (a 500)."""
+
+    async def encode(self, request: EngineRequest) -> list[int]:
+        text = request.prompt if request.messages is None else json.dumps(
+            request.messages, ensure_ascii=False)
+        return list((text or "").encode("utf-8"))[:self.prompt_tokens] or [0]
+
+
+@contextmanager
+def installed(engine: FakeEngine) -> Iterator[FakeEngine]:
+    """``engine`` as the process's engine client while the block runs."""
+    from apps.gateway.engine_client import set_engine_client
+
+    old = set_engine_client(engine)
+    try:
+        yield engine
+    finally:
+        set_engine_client(old)
 
 
 def _check(engine: FakeEngine) -> EngineClient:
