@@ -181,8 +181,6 @@ class Served:
         if self.closed:
             return None
         self.closed = True
-        if self.slot:
-            slots.release(self.caller)
         if self.inflight:
             admission.inflight.release()
         if self.stream is not None:
@@ -200,6 +198,8 @@ class Served:
             self.trace.finish(outcome, result, code=code)
         else:
             self.trace.discard()
+        if self.slot:  # last: with Redis an await, which a second cancel may cut short
+            await slots.arelease(self.caller)
         return result
 
 
@@ -282,7 +282,7 @@ async def serve(*, caller: Caller, kind: str, body: dict, endpoint: str,
             request_id=request_id, session_id=session_id, deadline=deadline)
         trace.request_id = parsed.request_id
         trace.constraint = getattr(parsed.engine_request.constraint, "kind", "")
-        slots.acquire(caller)
+        await slots.aacquire(caller)
         served.slot = True
         admission.inflight.acquire()
         served.inflight = True

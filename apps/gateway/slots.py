@@ -2,8 +2,11 @@
 
 A ``Caller`` is an API key, or a logged-in user of the tenant (the browser app): the serving
 path records which. ``caps_for`` is the one place the caps are read (the tenant's plan), and
-``Slots`` counts what each key, user and tenant holds in this process: past a cap a request
-gets 429 ``rate_limit_exceeded`` with ``Retry-After``, never a queue.
+``slots`` counts what each key, user and tenant holds: past a cap a request gets 429
+``rate_limit_exceeded`` with ``Retry-After``, never a queue. With
+``LASER_RATELIMIT_REDIS_URL`` (default ``REDIS_URL``) the count is every web process's
+(``RedisSlots``: leases in Redis that a dead process's expire), else this process's
+(``Slots``, embedded mode).
 """
 
 from __future__ import annotations
@@ -137,7 +140,8 @@ def _over(what: str, cap: int) -> RateLimitError:
 
 
 class Slots:
-    """In-flight requests per caller and per tenant, open sockets per caller (this process)."""
+    """In-flight requests per caller and per tenant, open sockets per caller (this process).
+    ``aacquire``/``arelease`` are the serving path's (``RedisSlots`` awaits Redis there)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -180,5 +184,33 @@ class Slots:
         with self._lock:
             return self._requests[caller.slot_key], self._requests[f"tenant:{caller.tenant.pk}"]
 
+    async def aacquire(self, caller: Caller) -> None:
+        self.acquire(caller)
 
-slots = Slots()
+    async def arelease(self, caller: Caller) -> None:
+        self.release(caller)
+
+
+def get_slots() -> Any:
+    """The process's slots: shared through Redis when configured (``shared_slots``), else
+    in-process (``Slots``)."""
+    from apps.gateway.shared_slots import RedisSlots
+
+    global _slots
+    url = settings.LASER_RATELIMIT_REDIS_URL
+    if _slots is None or getattr(_slots, "url", "") != url:
+        _slots = RedisSlots(url, caps_for, _over) if url else Slots()
+    return _slots
+
+
+_slots: Any = None
+
+
+class _Proxy:
+    """``slots``: whichever ``get_slots`` holds (the settings may name Redis after import)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(get_slots(), name)
+
+
+slots: Any = _Proxy()

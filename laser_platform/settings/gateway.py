@@ -20,8 +20,12 @@ LASER_TENANT_MAX_INFLIGHT: int = env("LASER_TENANT_MAX_INFLIGHT", 256, int)
 LASER_KEY_MAX_SOCKETS: int = env("LASER_KEY_MAX_SOCKETS", 32, int)
 # Requests queued in the engine past which new ones get 503 before they are tokenised.
 LASER_GATEWAY_MAX_QUEUED: int = env("LASER_GATEWAY_MAX_QUEUED", 512, int)
-# Rate limits are shared through Redis when set (defaults to REDIS_URL), in-process otherwise.
+# Rate limits and the concurrency caps above are shared through Redis when set (defaults to
+# REDIS_URL), so every web process counts against one cap; in-process otherwise.
 LASER_RATELIMIT_REDIS_URL: str = env("LASER_RATELIMIT_REDIS_URL", env("REDIS_URL", ""))
+# Seconds a concurrency slot held in Redis outlives a web process that died holding it (live
+# processes renew theirs every third of it).
+LASER_SLOT_LEASE_S: float = env("LASER_SLOT_LEASE_S", 30.0, float)
 # WebSocket: messages queued for a slow reader before the socket is closed with 4008.
 LASER_WS_SEND_QUEUE: int = env("LASER_WS_SEND_QUEUE", 256, int)
 # WebSocket: largest incoming message; a bigger one gets an error and the close code 1009.
