@@ -38,6 +38,9 @@ BAD_FRAMES: list[str | bytes] = [
     '{"type": "chat", "content": Infinity}', json.dumps([1, 2]), json.dumps("chat"),
     json.dumps(None), json.dumps(7), json.dumps({"type": 5}), json.dumps({"type": ["chat"]}),
     json.dumps({"type": {"a": 1}}), json.dumps({"no": "type"}),
+    # issue 41: a lone surrogate reached the tokeniser (server_error)
+    '{"type": "chat", "content": "\\ud800"}',
+    '{"type": "chat", "messages": [{"role": "user", "content": "a\\udfff"}]}',
 ]
 GATEWAY_BAD = [
     {**CHAT, "params": "x"}, {**CHAT, "params": {"max_tokens": "x"}},
@@ -50,12 +53,14 @@ GATEWAY_BAD = [
     {"type": "chat", "session_id": "s", "messages": [{"role": "user", "content": {"a": 1}}]},
     {"type": "chat", "session_id": "s", "messages": json.loads("[" * 40 + "]" * 40)},
     {"type": "chat", "session_id": "s", "messages": []},
+    {**CHAT, "session_id": {"a": 1}}, {**CHAT, "session_id": "s" * 129},  # issue 41
 ]
 WEB_BAD = [
     {**WEB_CHAT, "content": 5}, {**WEB_CHAT, "content": ["hi"]}, {**WEB_CHAT, "content": ""},
     {**WEB_CHAT, "tier": ["hot"]}, {**WEB_CHAT, "tier": "platinum"},
     {**WEB_CHAT, "max_tokens": -1}, {**WEB_CHAT, "max_tokens": "x"},
     {**WEB_CHAT, "max_tokens": 1e300}, {**WEB_CHAT, "max_tokens": [1]},
+    {**WEB_CHAT, "content": "a\x00b"},  # issue 41: conversations are stored
 ]
 # Frames that need no answer (a cancel of nothing) but must not break the socket.
 QUIET = [{"type": "cancel", "session_id": [1]}, {"type": "cancel", "session_id": {"a": 1}},
@@ -198,7 +203,7 @@ def test_a_flood_of_turns_gets_one_answer_each(tiny_engine, server, world, crash
         while sum(m["type"] in ("done", "error") for m in answers) < 100:
             answers.append(json.loads(ws.recv(timeout=60)))
         kinds = {m["type"] for m in answers}
-        assert kinds <= {"delta", "done", "error", "tier_changed"}, kinds
+        assert kinds <= {"delta", "done", "error", "tier_changed", "saved"}, kinds  # saved: web
         _assert_client_errors(answers)
         assert _until_pong(ws) == []  # nothing more came, and the socket still serves
 
