@@ -84,6 +84,7 @@ def _chat_turn(page, text: str, n: int) -> dict:
     page.keyboard.press("Enter")  # the keyboard path: Enter sends
     answer = page.locator("li.message.assistant").nth(n)
     answer.locator(".metrics").wait_for(timeout=120_000)
+    answer.locator(".text.markdown").wait_for(timeout=30_000)  # rendered once complete
     return {"text": answer.locator(".text").inner_text(),
             "metrics": answer.locator(".metrics").text_content(),
             "demoted": answer.locator(".demoted").count()}
@@ -129,7 +130,7 @@ def _chat(page) -> str:
     # the conversation is kept on the server: a reload shows it, with its SLO lines
     assert "?c=" in page.url and page.locator("#conversation-list li").count() == 2
     page.reload()
-    page.locator("li.message.assistant .metrics").nth(1).wait_for(timeout=30_000)
+    page.locator("li.message.assistant .text.markdown").nth(1).wait_for(timeout=30_000)
     assert page.locator("li.message").count() == 4
     assert page.locator("li.message.assistant .text").first.inner_text() == first["text"]
     # a system prompt changes the answer to the same question (greedy both times)

@@ -17,9 +17,25 @@
 
   const ms = (s) => (s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(2)} s`);
 
+  // marked and DOMPurify load after the page (they are only needed for the first answer), so
+  // they never hold up the page; an answer shown before they arrive is rendered when they do.
+  const renderer = Promise.all(document.currentScript.dataset.markdown.split(" ").map(
+    (src) => new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = src;
+      script.onload = resolve;
+      script.onerror = reject;
+      document.head.append(script);
+    })));
+
   // An answer's markdown as HTML that cannot run anything: DOMPurify drops scripts, event
   // handlers and javascript: URLs from what marked produces.
   function renderMarkdown(node, text) {
+    if (!window.marked || !window.DOMPurify) {
+      node.textContent = text;  // plain until the renderer is here
+      renderer.then(() => renderMarkdown(node, text));
+      return;
+    }
     node.innerHTML = DOMPurify.sanitize(marked.parse(text, {gfm: true, breaks: true}));
     node.classList.add("markdown");
     node.querySelectorAll("pre").forEach((pre) => {
