@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from apps.core.jsonbody import printable
 from apps.tenants.models import Tenant
 from apps.web.models import Conversation
 
@@ -35,7 +36,7 @@ def conversation_get(*, tenant: Tenant, user: Any, conversation_id: Any) -> Conv
 
 
 def title_from(text: str) -> str:
-    line = " ".join(text.split())
+    line = " ".join(printable(text).replace("\\x00", " ").split())  # PostgreSQL refuses NUL
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1] + "…"
 
 

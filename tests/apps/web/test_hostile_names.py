@@ -1,6 +1,6 @@
 """Names a user chooses, taken safely (issue 41): a download named ``a"b;x=y.jsonl`` keeps its
-``Content-Disposition`` intact, and a key named with a NUL or a lone surrogate is refused
-(PostgreSQL would refuse the NUL with a 500)."""
+``Content-Disposition`` intact, a key named with a NUL or a lone surrogate is refused and a
+conversation title drops a NUL (PostgreSQL would refuse the NUL with a 500)."""
 
 from __future__ import annotations
 
@@ -48,3 +48,15 @@ def test_a_key_name_no_database_can_hold_is_refused_by_the_service(world, name):
 
     with pytest.raises(ValueError, match="key name"):
         api_key_create(tenant=world.a, name=name, default_tier="warm")
+
+
+def test_a_conversation_renamed_with_a_nul_keeps_text_a_database_holds(world_sync):
+    from apps.web.conversations import conversation_save_turn
+    from tests.apps.web.conftest import logged_in
+
+    convo = conversation_save_turn(
+        tenant=world_sync.alpha, user=world_sync.member, conversation_id="", system="",
+        turn_settings={}, messages=[{"role": "user", "content": "a question"}])
+    renamed = logged_in(world_sync.member).post(
+        f"/chat/{convo.pk.hex}/rename", {"title": "Par\x00is"}, HTTP_ACCEPT="application/json")
+    assert renamed.status_code == 200 and renamed.json()["title"] == "Par is"
