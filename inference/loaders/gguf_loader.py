@@ -1,5 +1,10 @@
 """Read a llama.cpp GGUF file: config, dequantised tensors (HF names), the quantized tensors'
-raw blocks (for the quantized matmul, ``kernels._cpu.quant``) and tokenizer metadata."""
+raw blocks (for the quantized matmul, ``kernels._cpu.quant``) and tokenizer metadata.
+
+Q5_0, Q5_1 and the K-quants (Q2_K..Q6_K, what Q4_K_M/Q5_K_M/Q6_K files hold) are dequantised
+at load with gguf-py's ``gguf.quants.dequantize`` and handed on as float32 like F16 tensors:
+the quantized matmul then quantises them itself. They are not multiplied as stored yet (only
+``RAW_TYPES`` are)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from .weights import WeightError
 SUPPORTED_TYPES = frozenset({
     GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
     GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1, GGMLQuantizationType.Q2_K,
+    GGMLQuantizationType.Q3_K, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K,
+    GGMLQuantizationType.Q6_K,
 })
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
@@ -42,8 +50,10 @@ _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
 # Block formats the quantized matmul runs as stored (kernels/_cpu/laser_quant.c)
 RAW_TYPES = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0,
                        GGMLQuantizationType.Q4_1})
-# Tensors llama.cpp stores that a Llama forward does not need (rope_freqs is derived from config).
-_IGNORED = ("rope_freqs.weight",)
+# Llama 3.1+ rope factors (they divide the rotary frequencies): not applied here, so a file
+# with factors other than 1 is refused (``check_rope_freqs``) rather than loaded wrong.
+ROPE_FREQS = "rope_freqs.weight"
+_IGNORED = (ROPE_FREQS,)
 
 
 @dataclass(slots=True)
@@ -136,7 +146,19 @@ def dequantize_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Te
         raise WeightError(f"GGUF tensor type {qtype.name} is not supported")
     if qtype == GGMLQuantizationType.F32:
         return torch.from_numpy(np.array(data, dtype=np.float32))
-    return torch.from_numpy(np.ascontiguousarray(dequantize(data, qtype), dtype=np.float32))
+    try:
+        values = dequantize(data, qtype)
+    except NotImplementedError as exc:
+        raise WeightError(f"GGUF tensor type {qtype.name} needs a newer gguf package "
+                          "(its gguf.quants.dequantize lacks it)") from exc
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+
+
+def check_rope_freqs(factors: torch.Tensor) -> None:
+    """Refuse rope factors the rotary embedding would not apply (all ones change nothing)."""
+    if not bool((factors == 1).all()):
+        raise WeightError(f"GGUF tensor {ROPE_FREQS} (Llama 3.1+ rope factors) is not "
+                          "supported yet: the model would load with the wrong rotary embedding")
 
 
 def read_gguf(path: str | Path) -> GGUFContents:
@@ -148,6 +170,8 @@ def read_gguf(path: str | Path) -> GGUFContents:
     tensors: dict[str, torch.Tensor] = {}
     blocks: dict[str, tuple[int, torch.Tensor]] = {}
     for t in reader.tensors:
+        if t.name == ROPE_FREQS:
+            check_rope_freqs(dequantize_tensor(t.data, t.tensor_type))
         name = gguf_hf_name(t.name)
         if name is None:
             continue

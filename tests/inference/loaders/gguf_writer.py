@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
@@ -38,8 +40,25 @@ def add_array(writer: GGUFWriter, name: str, array: np.ndarray, qtype: Q) -> Non
         writer.add_tensor(name, quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
 
 
-def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = True) -> None:
-    """`hf_model` (a transformers LlamaForCausalLM) -> GGUF at `path`; matrices in `qtype`."""
+def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = True,
+                    raw: Mapping[str, tuple[np.ndarray, Q]] | None = None) -> None:
+    """`hf_model` (a transformers LlamaForCausalLM) -> GGUF at `path`; matrices in `qtype`.
+
+    `raw` maps GGUF tensor names to (stored array, its type) written as given in place of the
+    model's tensor (block bytes for quantized types); names the model lacks are added too.
+    """
+    raw = dict(raw or {})
+
+    def add(writer: GGUFWriter, name: str, array: np.ndarray, qtype: Q) -> None:
+        if name not in raw:
+            add_array(writer, name, array, qtype)
+            return
+        stored, stored_type = raw.pop(name)
+        if stored_type in (Q.F32, Q.F16):
+            writer.add_tensor(name, stored)
+        else:
+            writer.add_tensor(name, stored, raw_dtype=stored_type)
+
     cfg = hf_model.config
     sd = {k: v.detach().float().numpy() for k, v in hf_model.state_dict().items()}
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -69,10 +88,10 @@ def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = Tru
         w.add_eos_token_id(2)
         w.add_add_bos_token(False)
         w.add_chat_template(TEMPLATE)
-    add_array(w, "token_embd.weight", sd["model.embed_tokens.weight"], qtype)
-    add_array(w, "output_norm.weight", sd["model.norm.weight"], Q.F32)
+    add(w, "token_embd.weight", sd["model.embed_tokens.weight"], qtype)
+    add(w, "output_norm.weight", sd["model.norm.weight"], Q.F32)
     if not cfg.tie_word_embeddings:
-        add_array(w, "output.weight", sd["lm_head.weight"], qtype)
+        add(w, "output.weight", sd["lm_head.weight"], qtype)
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
@@ -84,7 +103,9 @@ def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = Tru
                 arr = llama_cpp_permute(arr, heads)
             elif gg_name == "attn_k":
                 arr = llama_cpp_permute(arr, kv_heads)
-            add_array(w, f"blk.{i}.{gg_name}.weight", arr, Q.F32 if arr.ndim == 1 else qtype)
+            add(w, f"blk.{i}.{gg_name}.weight", arr, Q.F32 if arr.ndim == 1 else qtype)
+    for name, (stored, stored_type) in list(raw.items()):
+        add(w, name, stored, stored_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

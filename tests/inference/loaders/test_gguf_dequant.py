@@ -58,5 +58,5 @@ def test_dequantize_round_trip(tmp_path, qtype):
 
 
 def test_unsupported_type_is_refused():
-    with pytest.raises(WeightError, match="Q5_K"):
-        dequantize_tensor(np.zeros((1, 176), np.uint8), Q.Q5_K)
+    with pytest.raises(WeightError, match="IQ4_XS"):
+        dequantize_tensor(np.zeros((1, 136), np.uint8), Q.IQ4_XS)
