@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFWriter
+from gguf import GGUFReader, GGUFWriter
 from gguf.quants import quantize
 
 # A 97-token byte-level vocabulary: 3 control tokens, then single characters, then merges.
@@ -38,6 +38,23 @@ def add_array(writer: GGUFWriter, name: str, array: np.ndarray, qtype: Q) -> Non
         writer.add_tensor(name, array.astype(np.float16))
     else:
         writer.add_tensor(name, quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
+
+
+def write_one_tensor(path, data: np.ndarray, qtype: Q):
+    """A GGUF holding `data` (values for F32/F16, block bytes otherwise) as tensor "w", read
+    back: the reader's tensor."""
+    writer = GGUFWriter(str(path), "llama")
+    if qtype in (Q.F32, Q.F16):
+        writer.add_tensor("w", data)
+    else:
+        writer.add_tensor("w", data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    (tensor,) = GGUFReader(str(path)).tensors
+    assert tensor.tensor_type == qtype
+    return tensor
 
 
 def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = True,

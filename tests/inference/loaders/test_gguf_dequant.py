@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader, GGUFWriter
 from gguf.quants import quantize
 
 from inference.loaders.gguf_loader import dequantize_tensor
 from inference.loaders.weights import WeightError
+from tests.inference.loaders.gguf_writer import write_one_tensor
 
 
 def _bound(x: np.ndarray, qtype: Q) -> np.ndarray:
@@ -37,18 +37,9 @@ def _bound(x: np.ndarray, qtype: Q) -> np.ndarray:
 def test_dequantize_round_trip(tmp_path, qtype):
     rng = np.random.default_rng(int(qtype))
     original = (rng.standard_normal((6, 96)) * rng.uniform(0.1, 3, (6, 1))).astype(np.float32)
-    path = tmp_path / "t.gguf"
-    writer = GGUFWriter(str(path), "llama")
-    if qtype in (Q.F32, Q.F16):
-        writer.add_tensor("w", original.astype(np.float16 if qtype == Q.F16 else np.float32))
-    else:
-        writer.add_tensor("w", quantize(original, qtype), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    (tensor,) = GGUFReader(str(path)).tensors
-    assert tensor.tensor_type == qtype
+    data = (original.astype(np.float16 if qtype == Q.F16 else np.float32)
+            if qtype in (Q.F32, Q.F16) else quantize(original, qtype))
+    tensor = write_one_tensor(tmp_path / "t.gguf", data, qtype)
     got = dequantize_tensor(tensor.data, tensor.tensor_type).numpy()
     assert got.shape == original.shape and got.dtype == np.float32
     err = np.abs(got - original)

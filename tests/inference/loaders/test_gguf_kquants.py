@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGUFReader
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from inference.loaders import WeightError, load_model
 from inference.loaders.gguf_loader import dequantize_tensor
-from tests.inference.loaders.gguf_writer import write_tiny_gguf
+from tests.inference.loaders.gguf_writer import write_one_tensor, write_tiny_gguf
 from tests.inference.loaders.test_gguf_roundtrip import IDS, hf_logits, our_logits
 from tests.inference.model.tiny_llama import make_hf_llama
 
@@ -39,25 +39,13 @@ def stored(rng: np.random.Generator, qtype: Q, rows: int, cols: int) -> np.ndarr
     return quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), qtype)
 
 
-def write_read(path, data: np.ndarray, qtype: Q):
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_tensor("w", data, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    (tensor,) = GGUFReader(str(path)).tensors
-    assert tensor.tensor_type == qtype
-    return tensor
-
-
 @pytest.mark.parametrize("qtype", [Q.Q5_0, Q.Q5_1, *K_TYPES])
 @pytest.mark.parametrize("rows,blocks", [(1, 1), (3, 3), (7, 2)])
 def test_block_type_loads_as_gguf_dequantizes(tmp_path, qtype, rows, blocks):
     rng = np.random.default_rng(int(qtype) * 10 + rows)
     cols = GGML_QUANT_SIZES[qtype][0] * blocks
     data = stored(rng, qtype, rows, cols)
-    tensor = write_read(tmp_path / "t.gguf", data, qtype)
+    tensor = write_one_tensor(tmp_path / "t.gguf", data, qtype)
     got = dequantize_tensor(tensor.data, tensor.tensor_type).numpy()
     assert got.shape == (rows, cols) and got.dtype == np.float32
     want = dequantize(data, qtype)
