@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres,
               pytest.mark.slow, pytest.mark.timeout(300)]
-STREAMS, KEYS, MAX_TOKENS = 200, 4, 4  # 4 keys: 50 each, under the per-key slot cap
+STREAMS, KEYS, MAX_TOKENS = 200, 4, 8  # 4 keys: 50 each, under the per-key slot cap
 
 
 class Sessions:
@@ -99,12 +99,15 @@ def test_200_streams_through_the_gateway_hold_no_database_connection_while_strea
     lost = [r for r in results if r[1:] != (MAX_TOKENS, "length")]
     assert not lost, (len(lost), lost[:3])
     peak = max(sessions.samples)
-    # the storm was one: most streams were open at once
-    assert peak[0] >= STREAMS // 2, peak
+    most = max(s for _, s in sessions.samples)
+    print(f"peak: {peak[0]} in flight, {peak[1]} sessions; most sessions {most}")  # noqa: T201
+    # the storm was one: many more streams open at once than the pool has sessions (had each
+    # held one, the rest would have waited DB_POOL_TIMEOUT_S for one and been lost)
+    assert peak[0] > 2 * max(8, settings.DB_POOL_MAX_SIZE), peak
     # at that peak the sessions are the admissions in progress, not one per stream; and the
     # arrivals never open one each either (the pool, ``DB_POOL_MAX_SIZE``, bounds them)
     assert peak[1] < 20, peak
-    assert max(s for _, s in sessions.samples) <= settings.DB_POOL_MAX_SIZE + 2, peak
+    assert most <= settings.DB_POOL_MAX_SIZE + 2, peak
 
     from apps.slo.models import RequestRecord
     from apps.slo.services import flush_reports
