@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from inference.errors import AdmissionRefused
 from inference.kv.block_manager import BlockManager
 from inference.request import Tier
-from inference.scheduler import Scheduler
+from inference.scheduler import Scheduler, layer_pausing
 from inference.scheduler.plan import StepPlan
 from inference.sequence import SequenceStatus
 from sim.accounting import Accounting
@@ -116,6 +116,7 @@ class _Run:
     def __init__(self, trace, cfg: SimConfig, cost: CostModel, sched: Scheduler,
                  on_step: Callable[[Scheduler], None] | None) -> None:
         self.trace, self.cfg, self.cost, self.s = trace, cfg, cost, sched
+        self.pauser = layer_pausing(sched)  # the executor's side of the layer pause
         self.on_step = on_step
         self.work = Workload(cfg.contracts, cost, cfg.long_prefill_chunk, cfg.block_size)
         self.acc = Accounting()
@@ -194,7 +195,7 @@ class _Run:
             if plan.finish_paused:  # hot work waits for the blocks the forward holds
                 least, due = paused.layers, math.inf
             else:
-                least, due = (0 if arrived else 1), s.pause_due_at()
+                least, due = (0 if arrived else 1), self.pauser.pause_due_at()
             if self._advance(paused, due, least):
                 self.paused = None
 
@@ -212,7 +213,7 @@ class _Run:
         self.now += STEP_OVERHEAD_S
         p.spent = STEP_OVERHEAD_S
         if not self._advance(p, plan.pause_until, min_layers=1):
-            self.s.hold(x.seq_id for x in plan.scheduled)
+            self.pauser.hold(x.seq_id for x in plan.scheduled)
             self.paused = p
             self.pauses += 1
 
@@ -231,7 +232,7 @@ class _Run:
             self.now += step
         split = p is self.paused  # its time split around hot steps: no sample for the model
         if split:
-            self.s.release()
+            self.pauser.release()
         self._complete(p.plan, p.spent, whole=not split)
         return True
 

@@ -27,7 +27,7 @@ import torch
 from inference.errors import InvalidParameter, PromptTooLong
 from inference.kv.block_manager import BlockManager
 from inference.request import Delta, EngineRequest, Tier
-from inference.scheduler import StepPlan, make_scheduler
+from inference.scheduler import SchedulingPolicy, StepPlan, layer_pausing, make_scheduler
 from inference.sequence import SequenceStatus, sequences_from_request
 
 from .config import EngineConfig
@@ -86,8 +86,9 @@ class LLMEngine:
         self.max_model_len = min(sched_config.max_model_len, num_blocks * config.block_size)
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
-        self.scheduler = make_scheduler(config.policy, sched_config, kv,
-                                        **_policy_options(config, len(model.layers)))
+        self.scheduler: SchedulingPolicy = make_scheduler(
+            config.policy, sched_config, kv, **_policy_options(config, len(model.layers)))
+        self.pauser = layer_pausing(self.scheduler)  # its layer-pause hooks, asked once
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.matmul_mode,
                                   threads=(narrow, config.wide_threads or narrow),
@@ -204,7 +205,7 @@ class LLMEngine:
                 self.abort(request_id)
             if self._paused is not None:
                 self._paused = None
-                self.scheduler.release()
+                self.pauser.release()
 
     def has_unfinished(self) -> bool:
         with self._lock:
@@ -255,7 +256,7 @@ class LLMEngine:
             forward = self.runner.begin(batch)
             if not forward.advance(self._stop_at(due)):
                 with self._lock:
-                    self.scheduler.hold(item.seq_id for item in plan.scheduled)
+                    self.pauser.hold(item.seq_id for item in plan.scheduled)
                     # tier changes go out now; the tokens, when the forward completes
                     deltas += self._tier_only(plan, set())
                     self._paused = _Paused(replace(plan, tier_changes=()), rows, forward)
@@ -291,7 +292,7 @@ class LLMEngine:
             forward.advance(lambda: False)
         else:
             with self._lock:
-                due = self.scheduler.pause_due_at()
+                due = self.pauser.pause_due_at()
             # a hot arrival during this step's hot forward runs next step: no layer before it
             if not forward.advance(self._stop_at(due),
                                    min_layers=0 if self._hot_arrived else 1):
@@ -299,7 +300,7 @@ class LLMEngine:
         logits = forward.logits()
         with self._lock:
             self._paused = None
-            self.scheduler.release()
+            self.pauser.release()
         # its time was split across steps with hot steps between: no sample for the cost model
         return self._complete(paused.plan, forward.batch, paused.rows, logits, None)
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from inference.request import Tier
-from inference.scheduler import Scheduler
+from inference.scheduler import SchedulingPolicy
 
 THROUGHPUT_WINDOW_S = 10.0
 
@@ -90,7 +90,7 @@ def max_token_bytes(tokenizer: Any) -> int:
     return max((len(token.encode()) for token in vocab), default=0)
 
 
-def kv_fragmentation(scheduler: Scheduler) -> float:
+def kv_fragmentation(scheduler: SchedulingPolicy) -> float:
     """Allocated slots not holding a computed token, over all allocated slots.
 
     Shared blocks (forks, prefix hits) count once, with the most tokens any holder wrote.

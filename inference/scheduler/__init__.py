@@ -11,6 +11,12 @@ from inference.scheduler.base import Scheduler
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, EwmaCostEstimator, LinearCost
 from inference.scheduler.fcfs import FCFSScheduler
+from inference.scheduler.interface import (
+    NEVER_PAUSES,
+    LayerPausing,
+    SchedulingPolicy,
+    layer_pausing,
+)
 from inference.scheduler.laser import LaserAblations, LaserPolicyConfig, LaserScheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan, StepResult
 
@@ -32,7 +38,7 @@ def make_scheduler(policy: str, config: SchedulerConfig, kv: BlockManager, *,
     return cls(config, kv, **options)
 
 
-__all__ = ["POLICIES", "CostEstimator", "EwmaCostEstimator", "LaserAblations",
-           "LaserPolicyConfig", "LinearCost",
-           "Scheduler", "SchedulerConfig", "ScheduledSeq", "StepPlan", "StepResult",
+__all__ = ["NEVER_PAUSES", "POLICIES", "CostEstimator", "EwmaCostEstimator", "LaserAblations",
+           "LaserPolicyConfig", "LayerPausing", "LinearCost", "Scheduler", "SchedulerConfig",
+           "ScheduledSeq", "SchedulingPolicy", "StepPlan", "StepResult", "layer_pausing",
            "make_scheduler"]

@@ -1,4 +1,4 @@
-"""The scheduler interface and the mechanics every policy shares.
+"""The mechanics every policy shares (the interface is ``interface.SchedulingPolicy``).
 
 A policy decides *order* (who runs first, who is preempted first) and *budgets*; the base class
 owns the queues, KV allocation, preemption by recompute, forking of ``n > 1`` choices and the
