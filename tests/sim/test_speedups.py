@@ -12,6 +12,7 @@ import pytest
 from inference.kv.block_manager import BlockManager
 from inference.request import Tier
 from inference.scheduler.laser.fill import StepFill
+from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.slack import Speeds, hot_slack_frac, min_hot_slack_frac
 from inference.sequence import Sequence
 from sim import SimConfig, simulate
@@ -106,7 +107,10 @@ def scripted_fill(acts: set[str], asked: list[str]) -> StepFill:
 
 
 def item(n: int, name: str, excess: int = 0, start: int = 0):
-    return (3, excess, n), SimpleNamespace(seq_id=name, num_computed_tokens=start)
+    # no id in the key: a running prefill with a waiting one's ``n`` ties, and the walk takes
+    # the waiting one first
+    return (SortKey(SchedClass.COLD, excess, 0, n, ""),
+            SimpleNamespace(seq_id=name, num_computed_tokens=start))
 
 
 def test_walk_asks_again_once_the_fill_changed():

@@ -16,6 +16,7 @@ from bisect import bisect_left
 from inference.request import Tier
 from inference.scheduler.cost import largest_fitting, max_tokens_within
 from inference.scheduler.laser.fillview import Chunk, FillMode, FillResult, FillView
+from inference.scheduler.laser.keys import CLASSES, SchedClass, SortKey
 from inference.scheduler.laser.preempt import Preemption
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.share import decodes_within, protected
@@ -30,6 +31,8 @@ from inference.sequence import Sequence
 MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
 # a floor for every waiting hot prompt would add up past the cap in a burst)
 HOT = Tier.HOT
+C_HOT, C_PROMOTED, C_WARM, C_COLD = CLASSES
+Keyed = tuple[SortKey, Sequence]
 
 
 class StepFill(Preemption):
@@ -39,7 +42,7 @@ class StepFill(Preemption):
         self.v, self.now, self.mode = view, view.now, mode
         self.p, self.ab = view.policy, view.ablations
         self.budget = view.config.max_num_batched_tokens
-        self.items: dict[str, tuple[Chunk, int]] = {}
+        self.items: dict[str, tuple[Chunk, SchedClass]] = {}
         self.preempted: list[Sequence] = []
         self.started: list[Sequence] = []
         self.gone: set[str] = set()  # seq ids preempted this step
@@ -53,7 +56,7 @@ class StepFill(Preemption):
         self.hot_min_slack = math.inf
         self.context = 0
         self._admit_closed = False
-        self._spent: set[int] = set()  # classes whose allowance is used up
+        self._spent: set[SchedClass] = set()  # classes whose allowance is used up
         self.cap_s: float | None = None  # step time the TBT / warm-floor caps allow
         self.hot_cap_s: float | None = None  # the same for hot's own chunks
         self.finish_by: float | None = None  # earliest on-time first-token deadline taken
@@ -85,14 +88,14 @@ class StepFill(Preemption):
         keyed = sorted((key(q), q) for q in v.running)
         self.victims = [q for _, q in keyed]  # least urgent at the end
         queue = v.queue if v.queue is not None else WaitingIndex.of(v.waiting, key)
-        classes: tuple[int, ...] = (0, 1, 2, 3)
-        if self.mode is FillMode.HOT:  # class 0 only
-            keyed = [(k, q) for k, q in keyed if k[0] == 0]
-            classes = (0,)
+        classes: tuple[SchedClass, ...] = CLASSES
+        if self.mode is FillMode.HOT:  # class HOT only
+            keyed = [(k, q) for k, q in keyed if k.cls is C_HOT]
+            classes = (C_HOT,)
         self.context = sum(q.num_computed_tokens for _, q in keyed)
         decodes = [(k, q) for k, q in keyed if not q.is_prefilling]
         prefills = [(k, q) for k, q in keyed if q.is_prefilling]
-        decodes = self._limits(decodes, prefills, queue if 0 in classes else None)
+        decodes = self._limits(decodes, prefills, queue if C_HOT in classes else None)
         for k, q in decodes:
             self._run_one(k, q, 1)
         plain = queue.plain
@@ -100,7 +103,7 @@ class StepFill(Preemption):
             if not self._walk(group, waiting, plain):
                 return
 
-    def _walk(self, prefills: list, waiting: list, plain: bool = False) -> bool:
+    def _walk(self, prefills: list[Keyed], waiting: list[Keyed], plain: bool = False) -> bool:
         """Prefill chunks for one class's running prefills and waiting sequences (each a
         list of (key, sequence) in key order), merged in key order; False once the step's
         budget is used up.
@@ -115,7 +118,7 @@ class StepFill(Preemption):
         passed over (the excess part of the key only grows, up to the last one's)."""
         idle: set[tuple[int, int]] = set()
         r, nr, i, nw = 0, len(prefills), 0, len(waiting)
-        last = waiting[-1][0] if waiting else ()  # its excess: the largest still to come
+        last = waiting[-1][0].excess if waiting else 0  # the largest excess still to come
         while r < nr or i < nw:
             if r < nr and (i >= nw or prefills[r][0] < waiting[i][0]):
                 (k, q), is_waiting = prefills[r], False
@@ -125,15 +128,15 @@ class StepFill(Preemption):
                 i += 1
             if self.used >= self.budget:
                 return False
-            if k[0] in self._spent:  # the class's allowance ran out earlier this step
+            if k.cls in self._spent:  # the class's allowance ran out earlier this step
                 break
             if is_waiting:
-                mark = (k[1], q.num_computed_tokens)
+                mark = (k.excess, q.num_computed_tokens)
                 if mark in idle:
                     if plain and r >= nr:
-                        if k[1] or (1, 0) in idle or not last[1]:
+                        if k.excess or (1, 0) in idle or not last:
                             return True
-                        i = bisect_left(waiting, ((k[0], 1),), i)  # on to the excess
+                        i = bisect_left(waiting, ((k.cls, 1),), i)  # on to the excess
                     continue
                 if self._prefill(k, q, True):
                     idle.clear()
@@ -143,24 +146,27 @@ class StepFill(Preemption):
                 idle.clear()
         return True
 
-    def _by_class(self, prefills, queue: WaitingIndex, classes: tuple[int, ...]):
+    def _by_class(self, prefills: list[Keyed], queue: WaitingIndex,
+                  classes: tuple[SchedClass, ...]):
         """Each class's running prefills (sorted here) and waiting sequences (kept sorted by
         the queue), one class at a time; a class whose allowance is already spent is
         skipped (long cold queues)."""
-        groups: list[list] = [[], [], [], []]
+        groups: list[list[Keyed]] = [[], [], [], []]
         for k, q in prefills:
-            groups[k[0]].append((k, q))
+            groups[k.cls].append((k, q))
         seats = self.v.config.max_num_seqs
         for cls in classes:
             group, waiting = groups[cls], queue.classes[cls]
             if not (group or waiting) or cls in self._spent or self._allowance(cls) <= 0:
                 continue
-            if cls > 1 and not group and (self._admit_closed or self.n_running >= seats):
+            if cls > C_PROMOTED and not group and (self._admit_closed
+                                                  or self.n_running >= seats):
                 continue  # only waiting requests that could not be admitted
             group.sort()  # keys end with the sequence id: unique, so tuples sort on them alone
             yield group, waiting
 
-    def _limits(self, decodes, prefills, queue: WaitingIndex | None) -> list:
+    def _limits(self, decodes: list[Keyed], prefills: list[Keyed],
+                queue: WaitingIndex | None) -> list[Keyed]:
         """The step's caps: TBT cap (hot TBT, warm floor), TTFT deferral, reserve, warm cap.
 
         Returns the decodes to run: while an in-contract hot request's TTFT slack is short,
@@ -178,29 +184,29 @@ class StepFill(Preemption):
             return (self.now - q.last_token_time
                     if v.pausing and q.last_token_time is not None else 0.0)
 
-        hot_tbt = [(q.targets.tbt_p99_s, wait(q)) for k, q in decodes if k[0] == 0]
+        hot_tbt = [(q.targets.tbt_p99_s, wait(q)) for k, q in decodes if k.cls is C_HOT]
         for k, q in decodes:
-            if k[0] == 0:
+            if k.cls is C_HOT:
                 self.hot_min_slack = min(self.hot_min_slack, hot_slack_frac(q, self.now, sp))
-        prompts = [w for w in prefills if w[0][0] == 0]  # and the queue's class 0
+        prompts = [w for w in prefills if w[0].cls is C_HOT]  # and the queue's class HOT
         # an in-contract hot prompt waits or prefills
-        self.contract_first = any(not k[1] for k, _ in prompts) or bool(
+        self.contract_first = any(not k.excess for k, _ in prompts) or bool(
             queue and queue.has_in_contract_hot())
-        ttft_min = min_hot_slack_frac((q for k, q in prompts if not k[1]), self.now, sp)
-        excess_min = min_hot_slack_frac((q for k, q in prompts if k[1]), self.now, sp)
+        ttft_min = min_hot_slack_frac((q for k, q in prompts if not k.excess), self.now, sp)
+        excess_min = min_hot_slack_frac((q for k, q in prompts if k.excess), self.now, sp)
         if queue is not None:
             ttft_min = min(ttft_min, queue.min_hot_slack(0, self.now, sp))
             excess_min = min(excess_min, queue.min_hot_slack(1, self.now, sp))
         self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
         self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
         if self.defer:
-            paused = [q for k, q in decodes if k[0] == 3]
+            paused = [q for k, q in decodes if k.cls is C_COLD]
             self.context -= sum(q.num_computed_tokens for q in paused)
-            decodes = [(k, q) for k, q in decodes if k[0] != 3]
+            decodes = [(k, q) for k, q in decodes if k.cls is not C_COLD]
         if self.contract_first:
-            paused = [q for k, q in decodes if k[1]]
+            paused = [q for k, q in decodes if k.excess]
             self.context -= sum(q.num_computed_tokens for q in paused)
-            decodes = [(k, q) for k, q in decodes if not k[1]]
+            decodes = [(k, q) for k, q in decodes if not k.excess]
         safety = v.tbt_safety
         hot_caps = [safety * g - w for g, w in hot_tbt] if ab.chunking_enabled else []
         kept_tbt = [safety * q.targets.tbt_p99_s - wait(q) for k, q in decodes
@@ -217,7 +223,7 @@ class StepFill(Preemption):
         # Not less what it has waited, as hot's caps are: it takes turns under them, and a
         # turn it sat out would leave no step any prompt chunk at all.
         warm = [safety * q.targets.tbt_p99_s if q.asked_tier is HOT
-                else warm_step_s(q.targets) for k, q in decodes if k[0] == 2
+                else warm_step_s(q.targets) for k, q in decodes if k.cls is C_WARM
                 ] if ab.warm_floor_enabled else []
         self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
         # a step that may pause (none of hot's streams decodes in it): short enough layers
@@ -243,39 +249,40 @@ class StepFill(Preemption):
         return max(rows, max_tokens_within(self.v.cost, seconds, self.context, self.budget,
                                            rows))
 
-    def _allowance(self, cls: int) -> int:
+    def _allowance(self, cls: SchedClass) -> int:
         left = self.budget - self.used
-        if cls == 0:
+        if cls is C_HOT:
             return min(left, max(self.hot_cap - self.used, self.hot_floor))
         if self.defer:
             return 0
-        n = min(left - max(0, self.hold_tokens - self.used_by_class[0]), self.cap - self.used)
-        if cls == 2:
-            n = min(n, self.warm_cap - self.used_by_class[2])
+        n = min(left - max(0, self.hold_tokens - self.used_by_class[C_HOT]),
+                self.cap - self.used)
+        if cls is C_WARM:
+            n = min(n, self.warm_cap - self.used_by_class[C_WARM])
         return n
 
-    def _prefill(self, key: tuple, seq: Sequence, is_waiting: bool) -> bool:
+    def _prefill(self, key: SortKey, seq: Sequence, is_waiting: bool) -> bool:
         """Give ``seq`` a prefill chunk if the step has room; False when the fill is left
         as it was (nothing for it), True when something may have changed."""
-        cls = key[0]
+        cls = key.cls
         v = self.v
-        if key[1] and self.contract_first:
+        if key.excess and self.contract_first:
             return False  # excess waits while in-contract hot prompts are served (_limits)
-        if is_waiting and cls > 1 and (self._admit_closed
+        if is_waiting and cls > C_PROMOTED and (self._admit_closed
                                        or self.n_running >= v.config.max_num_seqs):
             return False  # cheap exit: _admit would refuse it (matters with a long queue)
         n = self._allowance(cls)
         if n <= 0:
             self._spent.add(cls)  # allowances only shrink as the step fills (until a preemption)
             return True
-        n = self._fit_attention(seq, n, hot=cls == 0)
+        n = self._fit_attention(seq, n, hot=cls is C_HOT)
         if n <= 0:
             return False
         if is_waiting:
             # a cold/warm prompt admitted into the hot block reserve borrows it: hot short of
             # blocks preempts it first (``_preempt_below``). Kept out instead, the reserve's
             # blocks idled while nobody was denied them
-            borrows = (cls > 0 and self.hold_blocks
+            borrows = (cls is not C_HOT and self.hold_blocks
                        and v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks)
             if self._admit(key, seq, n) and borrows:
                 self.borrowed.append(seq.seq_id)
@@ -329,19 +336,19 @@ class StepFill(Preemption):
             t += self._attn(seq.num_computed_tokens, n)
         return t
 
-    def _admit(self, key: tuple, seq: Sequence, n: int) -> bool:
+    def _admit(self, key: SortKey, seq: Sequence, n: int) -> bool:
         """Start a waiting sequence with a chunk of ``n``; False if it could not start."""
-        v, cls = self.v, key[0]
-        if self._admit_closed and cls > 1:
+        v, cls = self.v, key.cls
+        if self._admit_closed and cls > C_PROMOTED:
             return False
         while self.n_running >= v.config.max_num_seqs:
-            if cls > 1 or not self._preempt_below(key):
+            if cls > C_PROMOTED or not self._preempt_below(key):
                 return False
         got = v.try_schedule(seq, n)
-        while got is None and cls <= 1 and self._preempt_below(key):
+        while got is None and cls <= C_PROMOTED and self._preempt_below(key):
             got = v.try_schedule(seq, n)
         if got is None:
-            self.finish_paused |= cls == 0 and v.has_held
+            self.finish_paused |= cls is C_HOT and v.has_held
             v.release_unscheduled(seq)
             self._admit_closed = True
             return False
@@ -350,7 +357,7 @@ class StepFill(Preemption):
         self._take(seq, got, cls)
         return True
 
-    def _run_one(self, key: tuple, seq: Sequence, n: int) -> None:
+    def _run_one(self, key: SortKey, seq: Sequence, n: int) -> None:
         v = self.v
         if seq.seq_id in self.gone:
             return
@@ -358,15 +365,15 @@ class StepFill(Preemption):
         while got is None and self._preempt_below(key):
             got = v.try_schedule(seq, n)
         if got is None:
-            if key[0] == 0 and v.has_held:  # the paused forward's blocks: wait for its release
+            if key.cls is C_HOT and v.has_held:  # the paused forward's blocks: wait for it
                 self.finish_paused = True
                 return
             self._preempt(seq)
             return
-        self._take(seq, got, key[0])
+        self._take(seq, got, key.cls)
 
     # ---- bookkeeping ----------------------------------------------------------------------
-    def _take(self, seq: Sequence, got, cls: int) -> None:
+    def _take(self, seq: Sequence, got: Chunk, cls: SchedClass) -> None:
         self.items[seq.seq_id] = (got, cls)
         n = got[0].num_tokens
         self.used += n
@@ -374,14 +381,14 @@ class StepFill(Preemption):
             self.prompt += n
         self.used_by_class[cls] += n
         self.attn_s += self._chunk_attn(got[0])
-        if cls == 0 and n > 1:
+        if cls is C_HOT and n > 1:
             self.hot_floor = 0
         if got[0].sample and seq.first_token_time is None and seq.tier is HOT:
             deadline = seq.arrival_time + seq.targets.ttft_p99_s
             end = self.now + self.estimate_s()
             if end <= deadline and (self.finish_by is None or deadline < self.finish_by):
                 self.finish_by = deadline  # later chunks must not make this one late
-        if cls == 0:
+        if cls is C_HOT:
             self.hot_blocks += self._computed_blocks(seq)
 
     def _computed_blocks(self, seq: Sequence) -> int:

@@ -13,6 +13,7 @@ from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator
 from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.laser.keys import SortKey
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds
 from inference.scheduler.plan import ScheduledSeq
@@ -42,7 +43,7 @@ class FillView:
     now: float
     running: Seqs[Sequence]
     waiting: Seqs[Sequence]
-    key: Callable[[Sequence], tuple]
+    key: Callable[[Sequence], SortKey]
     config: SchedulerConfig
     policy: LaserPolicyConfig
     ablations: LaserAblations

@@ -22,10 +22,12 @@ import heapq
 from inference.errors import EngineOverloaded
 from inference.request import Tier
 from inference.scheduler.laser.fill import MIN_HOT_CHUNK
+from inference.scheduler.laser.keys import SchedClass
 from inference.scheduler.laser.triage import HotJob, late_jobs, prefill_work_s
 from inference.sequence import Sequence, SequenceStatus
 
 HOT, WARM = Tier.HOT, Tier.WARM
+_WARM = (SchedClass.PROMOTED, SchedClass.WARM)  # served in warm's order
 
 
 class HotTriage:
@@ -194,7 +196,7 @@ class HotTriage:
                 job = by_id.get(s.seq_id)
                 if job is not None and job.seq_id not in late:
                     ahead += job.work_s  # hot, kept on time
-                elif (job is not None or self.rank(s) in (1, 2)) and (
+                elif (job is not None or self.rank(s) in _WARM) and (
                         self.excess(s), s.arrival_time, s.seq_id) < mine:
                     ahead += job.work_s if job is not None else work(s)
         self._refuse_past(head, now, ahead, self.policy.overload_ttft_factor

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from inference.scheduler.laser.keys import SchedClass
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
@@ -32,14 +33,15 @@ class LayerPause:
         """A plan without class-0 work may stop between layers (while no forward is held)."""
         if not self.pausing or plan.is_empty or self.pause.held:
             return False
-        return all(self.rank(self.seqs[i.seq_id]) != 0 for i in plan.scheduled
+        return all(self.rank(self.seqs[i.seq_id]) is not SchedClass.HOT for i in plan.scheduled
                    if i.seq_id in self.seqs)
 
     def pause_due_at(self) -> float:
         """When the earliest running hot stream's next token falls due: ``tbt_safety`` of its
         TBT target after its last token, less the estimated hot step and the layer in flight
         when the time comes (at most ``pause_layer_frac`` of the target); inf: none."""
-        hot = [q for q in self.running if self.rank(q) == 0 and not q.is_prefilling]
+        hot = [q for q in self.running
+               if self.rank(q) is SchedClass.HOT and not q.is_prefilling]
         if not (self.pausing and hot):
             return math.inf
         safety = self.tbt_safety()
@@ -55,7 +57,7 @@ class LayerPause:
             return None
         seen, tbt = self.state.hot_seen
         if now - seen > self.policy.reserve_window_s and not any(
-                self.rank(q) == 0 for q in self.running):
+                self.rank(q) is SchedClass.HOT for q in self.running):
             return None
         return self.policy.pause_layer_frac * tbt * self.pause.layers
 

@@ -29,6 +29,7 @@ from inference.scheduler.laser.estimate import EstimateError
 from inference.scheduler.laser.fill import StepFill
 from inference.scheduler.laser.fillview import FillMode, FillResult, FillView
 from inference.scheduler.laser.hot import HotTriage
+from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
 from inference.scheduler.laser.queue import WaitingIndex
@@ -45,6 +46,7 @@ from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
 HOT, WARM, COLD = Tier.HOT, Tier.WARM, Tier.COLD
+_PACED = (SchedClass.PROMOTED, SchedClass.COLD)  # ordered by cold deadline slack
 
 
 class LaserScheduler(HotTriage, LayerPause, Scheduler):
@@ -68,7 +70,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
                                      config.max_num_batched_tokens)
         self.state = LaserState(hot_step_tokens=config.max_num_batched_tokens)
         self.pause = PauseState(layers=pause_layers)
-        self._keys: dict[str, tuple] = {}  # seq id -> key(); see ``_moved``
+        self._keys: dict[str, SortKey] = {}  # seq id -> key(); see ``_moved``
         self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
 
     @property
@@ -132,32 +134,35 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
 
     # ---- ranking --------------------------------------------------------------------------
-    def rank(self, seq: Sequence) -> int:
+    def rank(self, seq: Sequence) -> SchedClass:
         if seq.seq_id in self.state.aged:
-            return 0
+            return SchedClass.HOT
         tier = seq.tier
         if tier is HOT:
-            return 0
+            return SchedClass.HOT
         if tier is WARM:
-            return 1 if seq.seq_id in self.state.promoted else 2
-        return 3
+            return SchedClass.PROMOTED if seq.seq_id in self.state.promoted else SchedClass.WARM
+        return SchedClass.COLD
 
-    def key(self, seq: Sequence) -> tuple:
+    def key(self, seq: Sequence) -> SortKey:
         """Sort key, smaller first; cached until aging, slack or a tier change moves it."""
         k = self._keys.get(seq.seq_id)
         if k is None:
             k = self._keys[seq.seq_id] = self._key(seq)
         return k
 
-    def _key(self, seq: Sequence) -> tuple:
+    def _key(self, seq: Sequence) -> SortKey:
         cls = self.rank(seq)
         excess = self.excess(seq)  # every tenant's in-contract work first within a class
-        if cls in (1, 3) and self.ablations.cold_slack_enabled:
-            return (cls, excess, self.state.cold_slack.get(seq.seq_id, math.inf), seq.seq_id)
-        if cls == 0:  # earliest TTFT deadline first: a short prompt need not wait for a long one
-            late = 1 if seq.seq_id in self.state.hot_late else 0  # triage: late ones last
-            return (0, excess, late, seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
-        return (cls, excess, seq.arrival_time, seq.seq_id)
+        if cls in _PACED and self.ablations.cold_slack_enabled:
+            return SortKey(cls, excess, 0, self.state.cold_slack.get(seq.seq_id, math.inf),
+                           seq.seq_id)
+        if cls is SchedClass.HOT:  # earliest TTFT deadline first: a short prompt need not
+            # wait for a long one; triage's late ones last
+            late = 1 if seq.seq_id in self.state.hot_late else 0
+            return SortKey(cls, excess, late, seq.arrival_time + seq.targets.ttft_p99_s,
+                           seq.seq_id)
+        return SortKey(cls, excess, 0, seq.arrival_time, seq.seq_id)
 
     def excess(self, seq: Sequence) -> int:
         """1 for traffic above its tenant's contract (while the rule is on), else 0."""
@@ -181,7 +186,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
                     self._check_hot_triage(head, now)
                 else:
                     queued = sum(prefill_left(s) for s in self.seqs.values()
-                                 if s.first_token_time is None and self.rank(s) == 0)
+                                 if s.first_token_time is None
+                                 and self.rank(s) is SchedClass.HOT)
                     check_hot(head, queued, now, self.speeds, p.overload_ttft_factor)
             except EngineOverloaded:
                 st.hot_refused = True
@@ -263,10 +269,11 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         st.hot_min_slack = fill.hot_min_slack
         st.hot_step_tokens = max(1, fill.hot_cap)
         self.est_error.expect(fill.estimate_s)
-        other = fill.used_by_class[0] + fill.used_by_class[2]
+        used = fill.used_by_class
+        other = used[SchedClass.HOT] + used[SchedClass.WARM]
         st.other_load += 0.05 * (min(1.0, other / budget) - st.other_load)
         if self.ablations.reserve_enabled:
-            self.reserve.observe(now, fill.used_by_class[0], fill.hot_blocks)
+            self.reserve.observe(now, used[SchedClass.HOT], fill.hot_blocks)
             self.reserve.lent = fill.lent
 
     # ---- cold slack, aging, promotion, demotion -------------------------------------------
@@ -276,7 +283,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         p, aged = self.policy, self.state.aged
         bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
         older = []
-        for seq in self._queue.unranked(0):  # class 0 is hot (no bound) or aged already
+        for seq in self._queue.unranked(SchedClass.HOT):  # hot (no bound) or aged already
             b = bound.get(seq.tier)
             if (b is not None and seq.first_scheduled_time is None
                     and now - seq.arrival_time > b and seq.seq_id not in aged):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from inference.scheduler.laser.keys import SchedClass, SortKey
+
 if TYPE_CHECKING:
     from inference.sequence import Sequence
 
@@ -14,10 +16,10 @@ if TYPE_CHECKING:
 class Preemption:
     """``StepFill``'s preemption (see the module docstring)."""
 
-    def _preempt_below(self, key: tuple) -> bool:
+    def _preempt_below(self, key: SortKey) -> bool:
         """Preempt the least urgent running sequence ranked after ``key``; False if none.
         Hot work takes the hot block reserve back from its borrowers first."""
-        if key[0] == 0 and (self.v.lent or self.borrowed) and self._reclaim():
+        if key.cls is SchedClass.HOT and (self.v.lent or self.borrowed) and self._reclaim():
             return True
         while self.victims:
             victim = self.victims[-1]
@@ -37,7 +39,8 @@ class Preemption:
         for i in range(len(self.victims) - 1, -1, -1):
             victim = self.victims[i]
             sid = victim.seq_id
-            if sid not in self.gone and (sid in lent or sid in new) and self.v.key(victim)[0]:
+            if (sid not in self.gone and (sid in lent or sid in new)
+                    and self.v.key(victim).cls is not SchedClass.HOT):
                 del self.victims[i]
                 self._preempt(victim)
                 return True
@@ -52,7 +55,7 @@ class Preemption:
                 self.prompt -= item.num_tokens
             self.used_by_class[cls] -= item.num_tokens
             self.attn_s -= self._chunk_attn(item)
-            if cls == 0:
+            if cls is SchedClass.HOT:
                 self.hot_blocks -= self._computed_blocks(seq)
         self.v.kv.free(seq)
         self.gone.add(seq.seq_id)

@@ -17,10 +17,11 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac, ttft_slack_frac
 from inference.sequence import Sequence
 
-Entry = tuple[tuple, Sequence]
+Entry = tuple[SortKey, Sequence]
 _BULK = 16  # more dirty sequences than this: append and sort instead of one insort each
 _RATIO = 1.25  # TTFT targets within this factor share a band (``min_hot_slack``)
 _NO_BAND = -(1 << 30)  # a target not positive and finite: its band is scanned whole
@@ -42,7 +43,7 @@ class WaitingIndex:
 
     def __init__(self) -> None:
         self.classes: list[list[Entry]] = [[], [], [], []]
-        self._keys: dict[str, tuple] = {}  # seq id -> the key it is listed under
+        self._keys: dict[str, SortKey] = {}  # seq id -> the key it is listed under
         self._dirty: dict[str, Sequence] = {}  # waiting, not listed yet
         # class 0 without a first token: (excess, band of the TTFT target) ->
         # [(deadline, seq id, seq)] in deadline order
@@ -53,7 +54,8 @@ class WaitingIndex:
         self._computed: set[str] = set()  # listed with computed tokens (see ``plain``)
 
     @classmethod
-    def of(cls, waiting: Iterable[Sequence], key: Callable[[Sequence], tuple]) -> WaitingIndex:
+    def of(cls, waiting: Iterable[Sequence],
+           key: Callable[[Sequence], SortKey]) -> WaitingIndex:
         index = cls()
         for seq in waiting:
             index.enter(seq)
@@ -93,7 +95,7 @@ class WaitingIndex:
         if k is not None:
             self._dirty[seq_id] = self._drop(k)
 
-    def sync(self, key: Callable[[Sequence], tuple]) -> WaitingIndex:
+    def sync(self, key: Callable[[Sequence], SortKey]) -> WaitingIndex:
         """List the sequences that entered or moved since the last sync, under ``key``."""
         dirty = self._dirty
         if not dirty:
@@ -106,24 +108,24 @@ class WaitingIndex:
             sid = seq.seq_id
             keys[sid] = k
             if bulk:
-                classes[k[0]].append((k, seq))
+                classes[k.cls].append((k, seq))
             else:
-                insort(classes[k[0]], (k, seq))  # keys end with the id: unique
+                insort(classes[k.cls], (k, seq))  # keys end with the id: unique
             if seq.num_computed_tokens:
                 self._computed.add(sid)
-            if k[0]:
+            if k.cls is not SchedClass.HOT:
                 continue
             if seq.first_token_time is not None:
-                self._streams[sid] = (k[1], seq)
+                self._streams[sid] = (k.excess, seq)
                 continue
-            band = (k[1], _band(seq.targets.ttft_p99_s))
+            band = (k.excess, _band(seq.targets.ttft_p99_s))
             entries = edf.get(band)
             if entries is None:
                 entries = edf[band] = []
             if bulk:
-                entries.append((k[3], sid, seq))
+                entries.append((k.when, sid, seq))
             else:
-                insort(entries, (k[3], sid, seq))
+                insort(entries, (k.when, sid, seq))
             n = len(seq.prompt_token_ids) + len(seq.output_token_ids)  # num_tokens
             tokens[n] += 1
             if n > most:
@@ -131,21 +133,21 @@ class WaitingIndex:
         self._most_tokens = most
         dirty.clear()
         if bulk:
-            for entries in classes:
-                entries.sort()
-            for entries in edf.values():
-                entries.sort()
+            for listed in classes:
+                listed.sort()
+            for by_deadline in edf.values():
+                by_deadline.sort()
         return self
 
-    def _drop(self, k: tuple) -> Sequence:
-        entries = self.classes[k[0]]
+    def _drop(self, k: SortKey) -> Sequence:
+        entries = self.classes[k.cls]
         i = bisect_left(entries, (k,))
         seq = entries.pop(i)[1]
         self._computed.discard(seq.seq_id)
-        if k[0] == 0 and self._streams.pop(seq.seq_id, None) is None:
-            band = (k[1], _band(seq.targets.ttft_p99_s))
+        if k.cls is SchedClass.HOT and self._streams.pop(seq.seq_id, None) is None:
+            band = (k.excess, _band(seq.targets.ttft_p99_s))
             edf = self._edf[band]
-            del edf[bisect_left(edf, (k[3], k[4]))]
+            del edf[bisect_left(edf, (k.when, k.seq_id))]
             if not edf:
                 del self._edf[band]
             n = len(seq.prompt_token_ids) + len(seq.output_token_ids)  # num_tokens
@@ -163,7 +165,7 @@ class WaitingIndex:
     def __len__(self) -> int:
         return len(self._keys) + len(self._dirty)
 
-    def unranked(self, cls: int) -> list[Sequence]:
+    def unranked(self, cls: SchedClass) -> list[Sequence]:
         """Every waiting sequence but those listed in class ``cls`` (a sequence not listed
         yet may be of any class)."""
         out = list(self._dirty.values())
@@ -173,9 +175,9 @@ class WaitingIndex:
         return out
 
     def has_in_contract_hot(self) -> bool:
-        """Some class-0 sequence is in contract (excess 0 sorts first)."""
-        hot = self.classes[0]
-        return bool(hot) and not hot[0][0][1]
+        """Some sequence of class ``HOT`` is in contract (excess 0 sorts first)."""
+        hot = self.classes[SchedClass.HOT]
+        return bool(hot) and not hot[0][0].excess
 
     def min_hot_slack(self, excess: int, now: float, sp: Speeds) -> float:
         """``min_hot_slack_frac`` over the class-0 sequences of this excess, the same float.
@@ -186,8 +188,8 @@ class WaitingIndex:
         tokens left; so once that bound, less a margin far above the sums' rounding, is
         above the least slack found, no later one in the band can be smaller."""
         if self._computed:  # prefill_left would not be num_tokens - 1: every one is asked
-            return min_hot_slack_frac((q for k, q in self.classes[0] if k[1] == excess), now,
-                                      sp)
+            return min_hot_slack_frac((q for k, q in self.classes[SchedClass.HOT]
+                                       if k.excess == excess), now, sp)
         low = min_hot_slack_frac((q for e, q in self._streams.values() if e == excess), now,
                                  sp)
         per_token, step = sp.per_token_s, sp.step_s
@@ -216,5 +218,6 @@ class WaitingIndex:
         ids = [i for _, i in listed] + list(self._dirty)
         assert sorted(ids) == sorted(q.seq_id for q in waiting)
         edf = sorted(i for entries in self._edf.values() for _, i, _ in entries)
-        assert edf == sorted(i for i in ids if i in self._keys and self._keys[i][0] == 0
+        assert edf == sorted(i for i in ids if i in self._keys
+                             and self._keys[i].cls is SchedClass.HOT
                              and i not in self._streams)

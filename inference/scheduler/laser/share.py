@@ -16,14 +16,16 @@ from collections.abc import Sequence as Seqs
 
 from inference.request import Tier
 from inference.scheduler.cost import CostEstimator
+from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.sequence import Sequence
 
-Keyed = tuple[tuple, Sequence]
+Keyed = tuple[SortKey, Sequence]
 
 
-def protected(key: tuple, seq: Sequence) -> bool:
-    """An in-contract hot decode (class 0, not aged into it): its TBT is what the cap keeps."""
-    return key[0] == 0 and not key[1] and seq.tier is Tier.HOT
+def protected(key: SortKey, seq: Sequence) -> bool:
+    """An in-contract hot decode (class ``HOT``, not aged into it): its TBT is what the cap
+    keeps."""
+    return key.cls is SchedClass.HOT and not key.excess and seq.tier is Tier.HOT
 
 
 def decodes_within(decodes: Seqs[Keyed], cap_s: float, cost: CostEstimator) -> list[Keyed]:

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from inference.request import ContractTargets, Tier
+from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.policy import LaserScheduler
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
@@ -24,10 +25,10 @@ from tests.inference.factories import make_request
 from tests.sim.test_speedups import overload_trace, roofline
 
 
-def hot_key(seq) -> tuple:
-    """The policy's class-0 key: (0, excess, late, deadline, id)."""
-    return (0, int(not seq.in_contract), 0, seq.arrival_time + seq.targets.ttft_p99_s,
-            seq.seq_id)
+def hot_key(seq) -> SortKey:
+    """The policy's key of an on-time hot request: its TTFT deadline."""
+    return SortKey(SchedClass.HOT, int(not seq.in_contract), 0,
+                   seq.arrival_time + seq.targets.ttft_p99_s, seq.seq_id)
 
 
 def random_hot(rng: random.Random, n: int) -> list:
@@ -81,10 +82,10 @@ def test_classes_are_in_key_order_after_entering_leaving_and_moving():
             for i in range(60)]
     rank = {q.seq_id: rng.randrange(4) for q in seqs}
 
-    def key(q):  # class 0 keys as the policy's: (0, excess, late, deadline, id)
+    def key(q):  # class HOT keys as the policy's
         if not rank[q.seq_id]:
             return hot_key(q)
-        return (rank[q.seq_id], 0, q.arrival_time, q.seq_id)
+        return SortKey(SchedClass(rank[q.seq_id]), 0, 0, q.arrival_time, q.seq_id)
 
     index = WaitingIndex()
     for q in seqs[:40]:
