@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from inference.request import Tier
-from inference.scheduler import LaserAblations
+from sim.ablations import ABLATIONS, LaserAblations
 from sim.bound import hot_miss_bound
 from sim.config import DEFAULT_BUDGET, Contracts, SimConfig
 from sim.cost_model import cost_model_for
@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--goodput-tol", type=float, default=0.05,
                     help="stop bisecting when the bracket is within this fraction")
     ap.add_argument("--ablate", action="append", default=[], metavar="PART",
-                    choices=sorted(f.name for f in fields(LaserAblations)),
+                    choices=sorted(ABLATIONS),
                     help="switch one of laser's parts off (LaserAblations); repeatable")
     ap.add_argument("--layer-pause", action="store_true",
                     help="run laser's steps without hot work layer by layer, stopping for hot "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inference.scheduler import LaserAblations, LaserPolicyConfig, SchedulerConfig
+from inference.scheduler import LaserPolicyConfig, SchedulerConfig
+from sim.ablations import LaserAblations
 from sim.profiles import GPUS, MODELS
 
 DEFAULT_BUDGET = 2048  # tokens per step: vLLM's default for online serving with chunked prefill

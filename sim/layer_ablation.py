@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from inference.request import Tier
-from inference.scheduler import LaserAblations
+from sim.ablations import LaserAblations
 from sim.config import Contracts, SimConfig
 from sim.loop import simulate
 from sim.scenarios import SCENARIOS

@@ -33,6 +33,7 @@ from inference.request import Tier
 from inference.scheduler import Scheduler, layer_pausing
 from inference.scheduler.plan import StepPlan
 from inference.sequence import SequenceStatus
+from sim.ablations import laser_options
 from sim.accounting import Accounting
 from sim.config import SimConfig
 from sim.cost_model import MEM_EFF, STEP_OVERHEAD_S, CostModel, cost_model_for
@@ -66,9 +67,9 @@ def build_scheduler(cfg: SimConfig, cost: CostModel, prefix_caching: bool,
         tokens = kv_capacity_tokens(MODELS[cfg.model], GPUS[cfg.gpu])
         num_blocks = tokens // cfg.block_size
     kv = BlockManager(num_blocks, cfg.block_size, prefix_caching=prefix_caching)
-    options = ({"cost": cost, "policy_config": cfg.laser, "ablations": cfg.ablations,
-                "pause_layers": MODELS[cfg.model].num_layers if cfg.layer_pause else 0}
-               if cfg.policy == "laser" else {})
+    layers = MODELS[cfg.model].num_layers if cfg.layer_pause else 0
+    options = ({"cost": cost, "policy_config": cfg.laser,
+                **laser_options(cfg.ablations, layers)} if cfg.policy == "laser" else {})
     return make_policy(cfg.policy, cfg.scheduler_config(), kv, **options)
 
 
@@ -212,7 +213,8 @@ class _Run:
         p = _Paused(plan, m.num_layers, 0, (dt - STEP_OVERHEAD_S) / m.num_layers, resume_s)
         self.now += STEP_OVERHEAD_S
         p.spent = STEP_OVERHEAD_S
-        if not self._advance(p, plan.pause_until, min_layers=1):
+        due = math.inf if plan.pause_until is None else plan.pause_until  # set: pausable
+        if not self._advance(p, due, min_layers=1):
             self.pauser.hold(x.seq_id for x in plan.scheduled)
             self.paused = p
             self.pauses += 1

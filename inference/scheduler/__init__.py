@@ -17,7 +17,7 @@ from inference.scheduler.interface import (
     SchedulingPolicy,
     layer_pausing,
 )
-from inference.scheduler.laser import LaserAblations, LaserPolicyConfig, LaserScheduler
+from inference.scheduler.laser import LaserParts, LaserPolicyConfig, LaserScheduler
 from inference.scheduler.plan import ScheduledSeq, StepPlan, StepResult
 
 POLICIES: dict[str, type[Scheduler]] = {
@@ -29,7 +29,7 @@ POLICIES: dict[str, type[Scheduler]] = {
 def make_scheduler(policy: str, config: SchedulerConfig, kv: BlockManager, *,
                    registry: Mapping[str, type[Scheduler]] = POLICIES, **options) -> Scheduler:
     """Build a policy of ``registry`` by name. ``options`` go to its constructor:
-    ``policy_config=``, ``cost=``, ``ablations=`` and ``pause_layers=`` for ``laser``; ``fcfs``
+    ``policy_config=``, ``cost=``, ``pause_layers=`` and ``parts=`` for ``laser``; ``fcfs``
     takes none."""
     try:
         cls = registry[policy]
@@ -38,7 +38,7 @@ def make_scheduler(policy: str, config: SchedulerConfig, kv: BlockManager, *,
     return cls(config, kv, **options)
 
 
-__all__ = ["NEVER_PAUSES", "POLICIES", "CostEstimator", "EwmaCostEstimator", "LaserAblations",
+__all__ = ["NEVER_PAUSES", "POLICIES", "CostEstimator", "EwmaCostEstimator", "LaserParts",
            "LaserPolicyConfig", "LayerPausing", "LinearCost", "Scheduler", "SchedulerConfig",
            "ScheduledSeq", "SchedulingPolicy", "StepPlan", "StepResult", "layer_pausing",
            "make_scheduler"]

@@ -62,6 +62,10 @@ class SchedulingPolicy(Protocol):
         """A measured step (the engine reports each one)."""
         ...
 
+    def observe_contention(self, factor: float) -> None:
+        """How many times longer the engine's threads take than with the cores to themselves."""
+        ...
+
 
 @runtime_checkable
 class LayerPausing(Protocol):

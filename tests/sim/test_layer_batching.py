@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from inference.request import Tier
-from inference.scheduler import LaserAblations
 from inference.scheduler.plan import ScheduledSeq
 from sim import SimConfig, simulate
+from sim.ablations import LaserAblations
 from sim.config import Contracts
 from sim.cost_model import STEP_OVERHEAD_S, CostModel
 from sim.layer_batching import LayerBatcher

@@ -48,7 +48,7 @@ def test_without_overload_demotion_hot_requests_wait_far_longer():
     trace = [TraceRequest(0.01 * i, Tier.HOT, 500, 20) for i in range(40)]
     waits = {}
     for on in (True, False):
-        from inference.scheduler import LaserAblations
+        from sim.ablations import LaserAblations
 
         cfg = SimConfig(policy="laser", max_num_batched_tokens=BUDGET,
                         long_prefill_chunk=BUDGET,

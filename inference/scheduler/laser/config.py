@@ -1,6 +1,6 @@
 """Knobs of the tier-aware policy: ``LaserPolicyConfig`` holds the thresholds the engine runs
-with; ``LaserAblations`` the switches that turn settled parts off, which only the simulator's
-ablations and the tests set (the engine always runs every part)."""
+with. Which parts run is ``LaserParts`` (``assembly.py``); the simulator's ablations swap
+some out (``sim.ablations``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class LaserPolicyConfig:
-    """Thresholds of the ``laser`` policy (each part's switch is in ``LaserAblations``).
+    """Thresholds of the ``laser`` policy (its parts are in ``LaserParts``).
 
     Reserve: hot keeps headroom of tokens per step and KV blocks sized from its recent demand
     (``reserve_margin`` above its peak over ``reserve_window_s``), at most ``reserve_max_frac``.
@@ -32,12 +32,12 @@ class LaserPolicyConfig:
     rest miss too; with demotion on, demotable ones among them are demoted to warm, as long
     as triage's demotions stay within ``triage_demotion_budget`` of the hot requests admitted
     (the platform's default demotion budget is 5 %).
-    Overload (``overload_enabled``): a hot request whose estimated TTFT exceeds
+    Overload: a hot request whose estimated TTFT exceeds
     ``overload_ttft_factor`` times its target is refused with a retry-after estimate (with
     triage: only one triage serves late).
     Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
-    Hot ignores the warm floor's cap when ``hot_over_warm_floor`` (the floor is a mean rate
-    over a window; a hot burst's longer steps cost it little).
+    Hot ignores the warm floor's cap (the floor is a mean rate over a window; a hot burst's
+    longer steps cost it little).
     Layer pause (where the executor can stop a forward between layers, i.e. the engine, not
     the simulator): a step without hot work stops at the next layer boundary when a hot
     request arrives or a hot stream's next token falls due (``tbt_safety`` of its TBT target
@@ -65,7 +65,6 @@ class LaserPolicyConfig:
     cold_need_safety: float = 1.5
     promote_slack_s: float = 60.0
     cold_refresh_s: float = 1.0
-    overload_enabled: bool = True
     overload_ttft_factor: float = 2.0
     aging_warm_s: float = 30.0
     aging_cold_s: float = 1800.0
@@ -89,43 +88,3 @@ class LaserPolicyConfig:
             raise ValueError("tbt_safety_max cannot be below tbt_safety")
         if self.error_window_steps < 1:
             raise ValueError("error_window_steps must be at least 1")
-
-
-@dataclass(frozen=True, slots=True)
-class LaserAblations:
-    """Switches that turn one settled part of the policy off, for the simulator's ablations
-    and the tests (docs/benchmarks.md records what each part buys). The engine never sets
-    them: it runs the defaults, every part on. The parts are described in
-    ``LaserPolicyConfig``; ``hot_over_warm_floor`` off holds hot prefill to the warm floor's
-    step cap too; ``layer_pause_enabled`` off never pauses even where the executor could;
-    ``contract_first_enabled`` off serves excess traffic (``Sequence.in_contract`` False)
-    like in-contract traffic; ``overload_demotion_enabled`` off leaves late hot requests
-    whose contract is not demotable in hot (served after the on-time ones) and refuses by
-    the hot queue's wait instead of warm's backlog (and refuses no demoted request at warm's
-    bound); ``tbt_share_enabled`` off runs every decode each step even when the other rows
-    push the step past an in-contract hot stream's TBT target (``share.py``)."""
-
-    reserve_enabled: bool = True
-    chunking_enabled: bool = True
-    warm_floor_enabled: bool = True
-    demotion_enabled: bool = True
-    borrowing_enabled: bool = True
-    cold_slack_enabled: bool = True
-    admission_enabled: bool = True
-    aging_enabled: bool = True
-    hot_over_warm_floor: bool = True
-    triage_enabled: bool = True
-    layer_pause_enabled: bool = True
-    contract_first_enabled: bool = True
-    overload_demotion_enabled: bool = True
-    tbt_share_enabled: bool = True
-
-    @classmethod
-    def none(cls) -> LaserAblations:
-        """Every part off: the policy degenerates to strict priority by tier (with the
-        policy config's ``warm_share`` at 1 and ``overload_enabled`` off)."""
-        return cls(**dict.fromkeys(cls.__dataclass_fields__, False))
-
-
-# What ``LaserAblations.none()`` assumes of the thresholds: warm is not held to a share.
-NONE_POLICY = LaserPolicyConfig(warm_share=1.0, overload_enabled=False)

@@ -19,13 +19,11 @@ from inference.scheduler.laser.fillview import Chunk, FillMode, FillResult, Fill
 from inference.scheduler.laser.keys import CLASSES, SchedClass, SortKey
 from inference.scheduler.laser.preempt import Preemption
 from inference.scheduler.laser.queue import WaitingIndex
-from inference.scheduler.laser.share import decodes_within, protected
+from inference.scheduler.laser.share import protected
 from inference.scheduler.laser.slack import (
     hot_slack_frac,
     min_hot_slack_frac,
-    warm_step_s,
 )
-from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
 
 MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
@@ -39,30 +37,19 @@ class StepFill(Preemption):
     """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``)."""
 
     def __init__(self, view: FillView, mode: FillMode = FillMode.ALL) -> None:
-        self.v, self.now, self.mode = view, view.now, mode
-        self.p, self.ab = view.policy, view.ablations
+        super().__init__(view)  # the step's tallies, which preemption gives back
+        self.now, self.mode = view.now, mode
+        self.rules = view.rules
         self.budget = view.config.max_num_batched_tokens
-        self.items: dict[str, tuple[Chunk, SchedClass]] = {}
-        self.preempted: list[Sequence] = []
         self.started: list[Sequence] = []
-        self.gone: set[str] = set()  # seq ids preempted this step
-        self.n_running = len(view.running)
         self.finish_paused = False
-        self.borrowed: list[str] = []  # non-hot prompts admitted into the hot block reserve
-        self.used = 0
-        self.prompt = 0  # of ``used``: tokens in prompt chunks (the rest decode rows)
-        self.used_by_class = [0, 0, 0, 0]
-        self.hot_blocks = 0
         self.hot_min_slack = math.inf
         self.context = 0
         self._admit_closed = False
-        self._spent: set[SchedClass] = set()  # classes whose allowance is used up
         self.cap_s: float | None = None  # step time the TBT / warm-floor caps allow
         self.hot_cap_s: float | None = None  # the same for hot's own chunks
         self.finish_by: float | None = None  # earliest on-time first-token deadline taken
         self.hot_floor = MIN_HOT_CHUNK  # until the step holds a hot prefill chunk
-        self._attn = getattr(view.cost, "prefill_attn_s", None)
-        self.attn_s = 0.0  # attention seconds of the prefill chunks taken so far
 
     # ---- the step -------------------------------------------------------------------------
     def run(self) -> FillResult:
@@ -176,7 +163,7 @@ class StepFill(Preemption):
         prefill, any class) sits the step out: it would lengthen the steps that bring the
         in-contract first tokens. (Excess hot prompts' own slack defers nothing.)
         """
-        p, ab, v, sp = self.p, self.ab, self.v, self.v.speeds
+        rules, v, sp = self.rules, self.v, self.v.speeds
         # where forwards pause, a step may come some time after the streams' last tokens (a
         # paused forward resumed in between): the gap is that wait plus this step, so the cap
         # is what is left of it (whole steps follow each other: the wait is 0 there)
@@ -198,7 +185,7 @@ class StepFill(Preemption):
             ttft_min = min(ttft_min, queue.min_hot_slack(0, self.now, sp))
             excess_min = min(excess_min, queue.min_hot_slack(1, self.now, sp))
         self.hot_min_slack = min(self.hot_min_slack, ttft_min, excess_min)
-        self.defer = ab.chunking_enabled and ttft_min < p.ttft_slack_frac
+        self.defer = rules.defers(ttft_min)
         if self.defer:
             paused = [q for k, q in decodes if k.cls is C_COLD]
             self.context -= sum(q.num_computed_tokens for q in paused)
@@ -208,24 +195,16 @@ class StepFill(Preemption):
             self.context -= sum(q.num_computed_tokens for q in paused)
             decodes = [(k, q) for k, q in decodes if not k.excess]
         safety = v.tbt_safety
-        hot_caps = [safety * g - w for g, w in hot_tbt] if ab.chunking_enabled else []
+        hot_caps = rules.hot_caps(safety, hot_tbt)
         kept_tbt = [safety * q.targets.tbt_p99_s - wait(q) for k, q in decodes
                     if protected(k, q)]
-        if kept_tbt and ab.tbt_share_enabled:  # the others take turns under hot's TBT cap
-            kept = decodes_within(decodes, min(kept_tbt), v.cost)
+        if kept_tbt:  # the others take turns under hot's TBT cap
+            kept = rules.share(decodes, kept_tbt, v.cost)
             self.context -= sum(q.num_computed_tokens for _, q in decodes) - sum(
                 q.num_computed_tokens for _, q in kept)
             decodes = kept
-        # class 2's pace: a warm stream's rate floor; a hot request served as warm keeps its
-        # own contract's pace instead, hot's TBT: its tokens are judged by hot's terms, never
-        # by warm's floor (docs/slo.md), and the floor's shorter steps cost every stream
-        # (64 streams from a hot key, half demoted: 37 rows at 50 ms, requests queued 15 s).
-        # Not less what it has waited, as hot's caps are: it takes turns under them, and a
-        # turn it sat out would leave no step any prompt chunk at all.
-        warm = [safety * q.targets.tbt_p99_s if q.asked_tier is HOT
-                else warm_step_s(q.targets) for k, q in decodes if k.cls is C_WARM
-                ] if ab.warm_floor_enabled else []
-        self.hot_cap_s = min(hot_caps + ([] if ab.hot_over_warm_floor else warm), default=None)
+        warm = rules.warm_floor(decodes, safety)  # class WARM's pace (FillRules)
+        self.hot_cap_s = rules.hot_cap_s(hot_caps, warm)
         # a step that may pause (none of hot's streams decodes in it): short enough layers
         # that a hot arrival soon gets its turn
         pause = [v.pause_cap_s] if v.pause_cap_s is not None and not hot_tbt else []
@@ -234,11 +213,7 @@ class StepFill(Preemption):
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
                     else self._tokens_within(self.cap_s, len(decodes)))
         self.hold_tokens, self.hold_blocks = v.hold_tokens, v.hold_blocks
-        if ab.borrowing_enabled:
-            spare = self.budget - self.hold_tokens - round(v.cold_need)
-            self.warm_cap = max(int(p.warm_share * self.budget), spare)
-        else:
-            self.warm_cap = int(p.warm_share * self.budget)
+        self.warm_cap = rules.warm_cap(self.budget, self.hold_tokens, v.cold_need)
         return decodes
 
     def _tokens_within(self, seconds: float | None, rows: int) -> int:
@@ -390,13 +365,3 @@ class StepFill(Preemption):
                 self.finish_by = deadline  # later chunks must not make this one late
         if cls is C_HOT:
             self.hot_blocks += self._computed_blocks(seq)
-
-    def _computed_blocks(self, seq: Sequence) -> int:
-        """Blocks ``seq`` holds beyond the cached prefix it found at admission: what the
-        hot reserve sizes itself by (a later turn finds its prefix in the cache again)."""
-        return len(seq.block_ids) - seq.num_cached_tokens // self.v.kv.block_size
-
-    def _chunk_attn(self, item: ScheduledSeq) -> float:
-        if self._attn is None or item.num_tokens == 1:
-            return 0.0
-        return self._attn(item.start, item.num_tokens)

@@ -12,8 +12,8 @@ from enum import Enum, auto
 from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator
-from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
 from inference.scheduler.laser.keys import SortKey
+from inference.scheduler.laser.parts import FillRules
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds
 from inference.scheduler.plan import ScheduledSeq
@@ -45,8 +45,7 @@ class FillView:
     waiting: Seqs[Sequence]
     key: Callable[[Sequence], SortKey]
     config: SchedulerConfig
-    policy: LaserPolicyConfig
-    ablations: LaserAblations
+    rules: FillRules
     cost: CostEstimator
     speeds: Speeds
     tbt_safety: float

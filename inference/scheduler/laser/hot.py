@@ -18,75 +18,117 @@ in-contract work before excess, so excess reaches the bound, and is refused, fir
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable
+from collections.abc import Sequence as Seqs
+from dataclasses import dataclass
 
 from inference.errors import EngineOverloaded
 from inference.request import Tier
+from inference.scheduler.config import SchedulerConfig
+from inference.scheduler.cost import CostEstimator
+from inference.scheduler.laser.config import LaserPolicyConfig
 from inference.scheduler.laser.fill import MIN_HOT_CHUNK
 from inference.scheduler.laser.keys import SchedClass
+from inference.scheduler.laser.parts import Contract, Demotion
+from inference.scheduler.laser.queue import WaitingIndex
+from inference.scheduler.laser.slack import Speeds
+from inference.scheduler.laser.state import LaserState
 from inference.scheduler.laser.triage import HotJob, late_jobs, prefill_work_s
 from inference.sequence import Sequence, SequenceStatus
 
 HOT, WARM = Tier.HOT, Tier.WARM
 _WARM = (SchedClass.PROMOTED, SchedClass.WARM)  # served in warm's order
+Changes = list
+
+
+@dataclass(frozen=True, slots=True)
+class HotView:
+    """What triage reads of the policy this step and the changes it may make: the queues
+    (``held``: a paused forward's sequences), the estimates, and the policy's own actions
+    (``retier`` a request's sequences, a sequence's key ``moved``, ``finish`` one)."""
+
+    running: Seqs[Sequence]
+    waiting: Seqs[Sequence]
+    held: Seqs[Sequence]
+    queue: WaitingIndex
+    seqs: dict[str, Sequence]
+    speeds: Speeds
+    rank: Callable[[Sequence], SchedClass]
+    moved: Callable[[str], None]
+    retier: Callable[[str, Tier, Tier, float, Changes, str], None]
+    finish: Callable[[Sequence, SequenceStatus], None]
 
 
 class HotTriage:
-    """Mixed into ``LaserScheduler`` (which provides the queues, ``state``, ``pause``,
-    ``policy``, ``ablations``, ``speeds``, ``cost``, ``rank``, ``key``, ``excess`` and
-    ``_retier``)."""
+    """The policy's hot triage and overload (see the module docstring). Its memory is the
+    policy's ``LaserState``; ``demotion`` says which late requests it may serve as warm,
+    ``contract`` which traffic is excess."""
 
-    def _hot_pending(self) -> list[Sequence]:
+    def __init__(self, policy: LaserPolicyConfig, config: SchedulerConfig, state: LaserState,
+                 cost: CostEstimator, demotion: Demotion, contract: Contract) -> None:
+        self.policy, self.config, self.state, self.cost = policy, config, state, cost
+        self.demotion, self.contract = demotion, contract
+
+    def _hot_pending(self, v: HotView) -> list[Sequence]:
         """Hot sequences still owed their first token (aged ones keep plain EDF)."""
-        return [s for q in (self.running, self.waiting) for s in q
+        return [s for q in (v.running, v.waiting) for s in q
                 if s.tier is HOT and s.first_token_time is None
                 and s.seq_id not in self.state.aged]
 
-    def _prefill_work(self):
+    def _prefill_work(self, v: HotView) -> Callable[[Sequence], float]:
         # the fill gives hot prefill at least MIN_HOT_CHUNK a step even when the TBT cap
         # leaves less (on a slow CPU it can leave a token or none: priced at one token a step,
         # 16 simultaneous chats looked three times deeper than they were and were refused)
         step = min(max(self.state.hot_step_tokens, MIN_HOT_CHUNK),
                    self.config.long_prefill_chunk)
-        return prefill_work_s(self.speeds, step, getattr(self.cost, "prefill_attn_s", None))
+        return prefill_work_s(v.speeds, step, getattr(self.cost, "prefill_attn_s", None))
 
-    def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
-        work = self._prefill_work()
-        demote = self.ablations.demotion_enabled
+    def _hot_jobs(self, v: HotView, seqs: list[Sequence]) -> list[HotJob]:
+        work = self._prefill_work(v)
+        demotable, excess = self.demotion.demotable, self.contract.excess
         return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s),
-                       demote and s.targets.demotable, bool(self.excess(s))) for s in seqs]
+                       demotable(s), bool(excess(s))) for s in seqs]
 
-    def _triage(self, now: float, changes: list) -> None:
+    def triage(self, v: HotView, now: float, changes: Changes) -> None:
         """Mark the hot requests to serve late and demote them to warm: those whose contract
         allows it within the triage budget (warm tells the client instead of failing it),
         and, with overload demotion, every other late one and every one past its deadline."""
-        st, ab = self.state, self.ablations
-        pending = self._hot_pending()
-        late = late_jobs(self._hot_jobs(pending), now) if len(pending) > 1 else set()
-        if ab.overload_demotion_enabled:
-            late |= {s.seq_id for s in pending if now > s.arrival_time + s.targets.ttft_p99_s}
+        st = self.state
+        pending = self._hot_pending(v)
+        late = late_jobs(self._hot_jobs(v, pending), now) if len(pending) > 1 else set()
+        late |= self._past_deadline(pending, now)
         for seq in pending if late else ():
             if seq.seq_id not in late:
                 continue
-            if ab.demotion_enabled and seq.targets.demotable and self._may_demote():
+            if self.demotion.demotable(seq) and self._may_demote():
                 reason = "time to first token out of reach in a hot burst"
                 st.triage_demotions += 1
-            elif ab.overload_demotion_enabled:
-                reason = ("overload: the first token cannot come within the hot target; "
-                          "served as warm")
-                st.overload_demotions += 1
             else:
-                continue
+                overload = self._overload_reason()
+                if overload is None:
+                    continue
+                reason = overload
+                st.overload_demotions += 1
             late.discard(seq.seq_id)
             # final, unlike a pressure demotion (``state.demoted``, restored when the
             # pressure ends): its first token missed the hot target either way, and a
             # restore would send a second notice and book that miss as hot after all
-            self._retier(seq.request_id, HOT, WARM, now, changes, reason)
+            v.retier(seq.request_id, HOT, WARM, now, changes, reason)
             st.num_demotions += 1
         for seq_id in late ^ st.hot_late:
-            self._moved(seq_id)
+            v.moved(seq_id)
         st.hot_late = late
 
-    def _refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
+    # ---- overload demotion: a late hot request is served as warm, whatever its contract ---
+    def _past_deadline(self, pending: list[Sequence], now: float) -> set[str]:
+        """Pending hot requests whose TTFT deadline has passed (served late)."""
+        return {s.seq_id for s in pending if now > s.arrival_time + s.targets.ttft_p99_s}
+
+    def _overload_reason(self) -> str | None:
+        """Why a late request that is not demotable is served as warm (None: it is not)."""
+        return "overload: the first token cannot come within the hot target; served as warm"
+
+    def refuse_overdue(self, v: HotView, now: float) -> tuple[tuple[str, str], ...]:
         """Refuse demoted sequences (asked hot, served as warm) still owed their first token
         past warm's bound, ``overload_ttft_factor`` x the warm mean-TTFT target: (seq id,
         reason) pairs for the plan. Under sustained hot overload warm prefill is deferred
@@ -94,27 +136,27 @@ class HotTriage:
         aging made it hot again (30 s on the CPU engine). One in a paused forward is refused
         too (its blocks are freed when the forward completes)."""
         factor, st = self.policy.overload_ttft_factor, self.state
-        overdue = [s for s in self._overdue_watch(now)
+        overdue = [s for s in self._overdue_watch(v, now)
                    if s.tier is WARM and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
         refused = []
         excess = []
         for seq in overdue:
-            if self.excess(seq):
-                place = self._place(seq)
+            if self.contract.excess(seq):
+                place = self._place(v, seq)
                 if place is not None:
                     excess.append((place, seq))
-            elif seq in self._queue:  # in contract: served next (class 0), not refused
+            elif seq in v.queue:  # in contract: served next (class HOT), not refused
                 st.aged.add(seq.seq_id)
-                self._moved(seq.seq_id)
+                v.moved(seq.seq_id)
         for _, seq in sorted(excess, key=lambda e: e[0]):  # queue order, as a scan would
             limit = factor * seq.targets.warm_mean_ttft_s
             refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
                                         f"token within {limit:.2f} s"))
-            self._finish(seq, SequenceStatus.FINISHED_ABORTED)
+            v.finish(seq, SequenceStatus.FINISHED_ABORTED)
         return tuple(refused)
 
-    def watch_hot(self, seqs: list[Sequence]) -> None:
-        """Admitted sequences that asked for hot: ``_refuse_overdue`` looks at them once
+    def watch(self, seqs: Iterable[Sequence]) -> None:
+        """Admitted sequences that asked for hot: ``refuse_overdue`` looks at them once
         warm's bound may have passed (a heap by that time, instead of a scan of every queue
         each step)."""
         factor = self.policy.overload_ttft_factor
@@ -123,7 +165,7 @@ class HotTriage:
                 due = seq.arrival_time + factor * seq.targets.warm_mean_ttft_s
                 heapq.heappush(self.state.hot_watch, (due, seq.seq_id, seq))
 
-    def _overdue_watch(self, now: float) -> list[Sequence]:
+    def _overdue_watch(self, v: HotView, now: float) -> list[Sequence]:
         """The watched sequences whose bound may have passed (the heap's time less a margin
         far above the rounding of ``now - arrival``) and that may still be refused or aged:
         not finished, no first token, not in contract and aged already."""
@@ -131,19 +173,19 @@ class HotTriage:
         watch, due = st.hot_watch, st.hot_due
         while watch and watch[0][0] <= now + 1e-9 * (1.0 + abs(now) + abs(watch[0][0])):
             _, seq_id, seq = heapq.heappop(watch)
-            if seq_id in self.seqs:
+            if seq_id in v.seqs:
                 due[seq_id] = seq
         for seq_id, seq in list(due.items()):
-            if (seq_id not in self.seqs or seq.first_token_time is not None
-                    or (not self.excess(seq) and seq_id in st.aged)):
+            if (seq_id not in v.seqs or seq.first_token_time is not None
+                    or (not self.contract.excess(seq) and seq_id in st.aged)):
                 del due[seq_id]  # done with: nothing here can act on it again
         return list(due.values())
 
-    def _place(self, seq: Sequence) -> tuple[int, int] | None:
+    def _place(self, v: HotView, seq: Sequence) -> tuple[int, int] | None:
         """Where ``seq`` stands in running, waiting and the paused forward, in that order."""
-        if seq in self._queue:
-            return 1, self.waiting.index(seq)
-        for n, queue in ((0, self.running), (2, self.pause.held)):
+        if seq in v.queue:
+            return 1, v.waiting.index(seq)
+        for n, queue in ((0, v.running), (2, v.held)):
             if seq in queue:
                 return n, queue.index(seq)
         return None
@@ -153,10 +195,10 @@ class HotTriage:
         budget = self.policy.triage_demotion_budget * self.state.hot_admitted
         return self.state.triage_demotions + 1 <= budget
 
-    def _check_hot_triage(self, head: Sequence, now: float) -> None:
+    # ---- admission ------------------------------------------------------------------------
+    def check(self, v: HotView, head: Sequence, now: float) -> None:
         """Refuse a hot request that triage would serve late when the queue in front of it
-        is past the bound: with overload demotion, warm's (it would be served as warm), else
-        the hot queue's.
+        is past the bound (``_check_late``).
 
         Its own prefill is not counted: overload is about the queue. A prompt whose prefill
         alone exceeds the limit (a long one on a CPU) would otherwise be refused on an idle
@@ -165,54 +207,49 @@ class HotTriage:
         (the first request of a process waits for the engine to load: a clean CI run saw it
         refused at "2.05 s" with nothing queued).
         """
-        jobs = self._hot_jobs(self._hot_pending() + [head])
+        jobs = self._hot_jobs(v, self._hot_pending(v) + [head])
         late = late_jobs(jobs, now)
-        if head.seq_id not in late or (self.ablations.demotion_enabled
-                                       and head.targets.demotable and self._may_demote()):
+        if head.seq_id not in late or (self.demotion.demotable(head) and self._may_demote()):
             return  # on time, or served as warm (demoted at the next step)
-        if self.ablations.overload_demotion_enabled:
-            self._check_warm_backlog(head, jobs, late, now)
-            return
-        mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
-        ahead = sum(j.work_s for j in jobs if j.seq_id != head.seq_id
-                    and (j.seq_id not in late or (j.deadline, j.seq_id) <= mine))
-        self._refuse_past(head, now, ahead, self.policy.overload_ttft_factor
-                          * head.targets.ttft_p99_s, "hot queue")
+        self._check_late(v, head, jobs, late, now)
 
-    def _check_warm_backlog(self, head: Sequence, jobs: list[HotJob], late: set[str],
-                            now: float) -> None:
+    def _check_late(self, v: HotView, head: Sequence, jobs: list[HotJob], late: set[str],
+                    now: float) -> None:
         """``head`` will be served as warm: refuse it when the hot work kept on time plus the
         warm prefill queued before it (in warm's order: in-contract first, then arrival;
         the other late hot requests count too: they will be served as warm as well) would
         keep it waiting past ``overload_ttft_factor`` times the warm mean-TTFT target."""
-        work = self._prefill_work()
-        mine = (self.excess(head), head.arrival_time, head.seq_id)
+        work = self._prefill_work(v)
+        excess = self.contract.excess
+        mine = (excess(head), head.arrival_time, head.seq_id)
         by_id = {j.seq_id: j for j in jobs}
         ahead = 0.0
-        for q in (self.running, self.waiting):
+        for q in (v.running, v.waiting):
             for s in q:
                 if s.first_token_time is not None or s is head:
                     continue
                 job = by_id.get(s.seq_id)
                 if job is not None and job.seq_id not in late:
                     ahead += job.work_s  # hot, kept on time
-                elif (job is not None or self.rank(s) in _WARM) and (
-                        self.excess(s), s.arrival_time, s.seq_id) < mine:
+                elif (job is not None or v.rank(s) in _WARM) and (
+                        excess(s), s.arrival_time, s.seq_id) < mine:
                     ahead += job.work_s if job is not None else work(s)
-        self._refuse_past(head, now, ahead, self.policy.overload_ttft_factor
-                          * head.targets.warm_mean_ttft_s, "warm backlog")
+        refuse_past(head, now, ahead, self.policy.overload_ttft_factor
+                    * head.targets.warm_mean_ttft_s, "warm backlog", self.state.contention)
 
-    def _refuse_past(self, head: Sequence, now: float, ahead: float, limit: float,
-                     what: str) -> None:
-        """Refuse when the wait so far plus ``ahead`` passes ``limit``. ``ahead`` is priced
-        at the machine's own speed: the learned step times over the CPU contention the
-        engine measured, so a busy neighbour slows the queue (and demotes) but does not turn
-        a burst into refusals (priced in slowed seconds, 32 short chats beside a busy loop
-        were refused)."""
-        if ahead <= 0:
-            return
-        wait = now - head.arrival_time + ahead / self.state.contention
-        if wait > limit:
-            raise EngineOverloaded(
-                f"{what} is full: estimated wait before this request's prefill {wait:.2f} s "
-                f"exceeds {limit:.2f} s", tier=head.tier, retry_after_s=round(wait - limit, 3))
+
+def refuse_past(head: Sequence, now: float, ahead: float, limit: float, what: str,
+                contention: float) -> None:
+    """Raise ``EngineOverloaded`` when the wait so far plus ``ahead`` seconds of queued work
+    would keep ``head`` waiting past ``limit`` (nothing ahead: never). ``ahead`` is priced at
+    the machine's own speed: the learned step times over the CPU ``contention`` the engine
+    measured, so a busy neighbour slows the queue (and demotes) but does not turn a burst
+    into refusals (priced in slowed seconds, 32 short chats beside a busy loop were
+    refused)."""
+    if ahead <= 0:
+        return
+    wait = now - head.arrival_time + ahead / contention
+    if wait > limit:
+        raise EngineOverloaded(
+            f"{what} is full: estimated wait before this request's prefill {wait:.2f} s "
+            f"exceeds {limit:.2f} s", tier=head.tier, retry_after_s=round(wait - limit, 3))

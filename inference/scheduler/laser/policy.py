@@ -6,15 +6,15 @@ slack — then fills the step: every running decode first (one token each, most 
 then prefill work class by class under the token budget, the hot TBT cap and the hot
 reserve. A sequence short of KV blocks preempts the least urgent running sequence ranked
 below it (cold with the most slack first, then warm), never one above it; hot first takes
-back the block reserve from the cold and warm prompts that borrowed it. The parts live in
-their own modules and each can be switched off in ``LaserAblations`` (simulator and tests).
-The policy's memory between steps is one ``LaserState``; the layer pause's is a
-``PauseState``.
+back the block reserve from the cold and warm prompts that borrowed it. Each part is a
+class of its own (``LaserParts`` names them: contract, demotion, aging, cold pacing, the
+fill's caps, the hot reserve, hot triage; the layer pause is ``LayerPause``), built here
+from the thresholds it needs. The policy's memory between steps is one ``LaserState``.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import replace
 
 from inference.errors import EngineOverloaded
@@ -23,25 +23,18 @@ from inference.request import Tier, TierChange
 from inference.scheduler.base import Scheduler
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.cost import CostEstimator, EwmaCostEstimator
-from inference.scheduler.laser.admission import check_cold, check_hot
-from inference.scheduler.laser.config import LaserAblations, LaserPolicyConfig
+from inference.scheduler.laser.assembly import LaserParts
+from inference.scheduler.laser.config import LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
 from inference.scheduler.laser.fill import StepFill
 from inference.scheduler.laser.fillview import FillMode, FillResult, FillView
-from inference.scheduler.laser.hot import HotTriage
+from inference.scheduler.laser.hot import HotView
 from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.pause import LayerPause
-from inference.scheduler.laser.pressure import PressureTracker, pick_demotions
+from inference.scheduler.laser.pressure import pick_demotions
 from inference.scheduler.laser.queue import WaitingIndex
-from inference.scheduler.laser.reserve import HotReserve
-from inference.scheduler.laser.slack import (
-    Speeds,
-    cold_need_tokens,
-    cold_slack,
-    prefill_left,
-    tokens_left,
-)
-from inference.scheduler.laser.state import LaserState, PauseState
+from inference.scheduler.laser.slack import Speeds, cold_need_tokens, cold_slack, tokens_left
+from inference.scheduler.laser.state import LaserState
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 
@@ -49,27 +42,35 @@ HOT, WARM, COLD = Tier.HOT, Tier.WARM, Tier.COLD
 _PACED = (SchedClass.PROMOTED, SchedClass.COLD)  # ordered by cold deadline slack
 
 
-class LaserScheduler(HotTriage, LayerPause, Scheduler):
+class LaserScheduler(Scheduler):
     name = "laser"
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
                  policy_config: LaserPolicyConfig | None = None,
-                 cost: CostEstimator | None = None, ablations: LaserAblations | None = None,
-                 pause_layers: int = 0) -> None:
+                 cost: CostEstimator | None = None, pause_layers: int = 0,
+                 parts: LaserParts | None = None) -> None:
         """``pause_layers``: the decoder layers the executor can stop a forward between
-        (the engine's layer pause; 0, as in the simulator, never pauses)."""
+        (the engine's layer pause; 0, as in the simulator, never pauses); ``parts``: the
+        class of each part (default: the policy the engine serves)."""
         super().__init__(config, block_manager)
         self.policy = p = policy_config or LaserPolicyConfig()
-        self.ablations = ablations or LaserAblations()
+        parts = parts or LaserParts()
         self.cost: CostEstimator = cost or EwmaCostEstimator()
-        self.reserve = HotReserve(p.reserve_window_s, p.reserve_margin, p.reserve_max_frac,
-                                  p.reserve_min_tokens)
-        self.pressure = PressureTracker(p.pressure_window_s, p.restore_window_s)
+        self.reserve = parts.reserve(p.reserve_window_s, p.reserve_margin, p.reserve_max_frac,
+                                     p.reserve_min_tokens)
         self.est_error = EstimateError(p.error_window_steps)
         self.speeds = Speeds.measure(self.cost, 1, 0, config.long_prefill_chunk,
                                      config.max_num_batched_tokens)
         self.state = LaserState(hot_step_tokens=config.max_num_batched_tokens)
-        self.pause = PauseState(layers=pause_layers)
+        self.admission = parts.admission(p)
+        self.contract = parts.contract()
+        self.demotion = parts.demotion(p)
+        self.aging = parts.aging(p)
+        self.cold = parts.cold(p)
+        self.rules = parts.fill(p)
+        self.triage = parts.triage(p, config, self.state, self.cost, self.demotion,
+                                   self.contract)
+        self.pause = LayerPause(pause_layers, p, self.cost)
         self._keys: dict[str, SortKey] = {}  # seq id -> key(); see ``_moved``
         self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
 
@@ -104,8 +105,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         for seq in seqs:
             if seq.parent_id is None:
                 self._queue.enter(seq)
-        if self.ablations.overload_demotion_enabled:
-            self.watch_hot(seqs)
+        self.triage.watch(seqs)
 
     def requeue_preempted(self, seq: Sequence) -> None:
         super().requeue_preempted(seq)
@@ -133,6 +133,33 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         p = self.policy
         return self.est_error.safety(p.tbt_safety, p.tbt_safety_max)
 
+    # ---- the layer pause's hooks (``LayerPausing``) ---------------------------------------
+    @property
+    def pausing(self) -> bool:
+        return self.pause.pausing
+
+    def pause_due_at(self) -> float:
+        return self.pause.due_at(self.running, self.rank, self.tbt_safety)
+
+    def pause_step_cap_s(self, now: float) -> float | None:
+        return self.pause.step_cap_s(now, self.state.hot_seen, self.running, self.rank)
+
+    def hold(self, seq_ids: Iterable[str]) -> None:
+        self.running = self.pause.hold(seq_ids, self.running)
+
+    def release(self) -> None:
+        self.running = self.pause.release(self.running, self.kv)
+
+    def has_work(self) -> bool:
+        return super().has_work() or bool(self.pause.held)
+
+    def in_flight(self) -> list[Sequence]:
+        return self.pause.held + self.running
+
+    def _free_blocks(self, seq: Sequence) -> None:
+        if not self.pause.keeps_blocks(seq):
+            super()._free_blocks(seq)
+
     # ---- ranking --------------------------------------------------------------------------
     def rank(self, seq: Sequence) -> SchedClass:
         if seq.seq_id in self.state.aged:
@@ -154,8 +181,8 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _key(self, seq: Sequence) -> SortKey:
         cls = self.rank(seq)
         excess = self.excess(seq)  # every tenant's in-contract work first within a class
-        if cls in _PACED and self.ablations.cold_slack_enabled:
-            return SortKey(cls, excess, 0, self.state.cold_slack.get(seq.seq_id, math.inf),
+        if cls in _PACED:
+            return SortKey(cls, excess, 0, self.cold.when(seq, self.state.cold_slack),
                            seq.seq_id)
         if cls is SchedClass.HOT:  # earliest TTFT deadline first: a short prompt need not
             # wait for a long one; triage's late ones last
@@ -165,30 +192,31 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         return SortKey(cls, excess, 0, seq.arrival_time, seq.seq_id)
 
     def excess(self, seq: Sequence) -> int:
-        """1 for traffic above its tenant's contract (while the rule is on), else 0."""
-        return int(not seq.in_contract and self.ablations.contract_first_enabled)
+        """1 for traffic above its tenant's contract, else 0 (``Contract``)."""
+        return self.contract.excess(seq)
+
+    def _hot_view(self) -> HotView:
+        return HotView(self.running, self.waiting, self.pause.held, self._queue, self.seqs,
+                       self.speeds, self.rank, self._moved, self._retier, self._finish)
+
+    def _refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
+        return self.triage.refuse_overdue(self._hot_view(), now)
 
     # ---- admission ------------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], now: float) -> None:
         super().admit(seqs, now)
-        p, ab, st, head = self.policy, self.ablations, self.state, seqs[0]
+        st, head = self.state, seqs[0]
         if head.tier is COLD:
-            if ab.admission_enabled and head.deadline is not None:
+            if head.deadline is not None:
                 admitted = [s for s in self.seqs.values() if s.asked_tier is COLD]
-                check_cold(seqs, admitted, now, self.speeds, share=1.0 - st.other_load,
-                           concurrency=self._cold_concurrency(seqs, len(admitted)),
-                           safety=p.cold_need_safety,
-                           live_tokens=sum(map(tokens_left, self.seqs.values())))
+                self.admission.check(
+                    seqs, admitted, now, self.speeds, share=1.0 - st.other_load,
+                    concurrency=self._cold_concurrency(seqs, len(admitted)),
+                    live_tokens=sum(map(tokens_left, self.seqs.values())))
             st.new_cold.extend(seqs)
-        elif head.tier is HOT and p.overload_enabled:
+        elif head.tier is HOT:
             try:
-                if ab.triage_enabled:
-                    self._check_hot_triage(head, now)
-                else:
-                    queued = sum(prefill_left(s) for s in self.seqs.values()
-                                 if s.first_token_time is None
-                                 and self.rank(s) is SchedClass.HOT)
-                    check_hot(head, queued, now, self.speeds, p.overload_ttft_factor)
+                self.triage.check(self._hot_view(), head, now)
             except EngineOverloaded:
                 st.hot_refused = True
                 raise
@@ -203,31 +231,27 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
 
     # ---- a step ---------------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan:
-        ab, st = self.ablations, self.state
+        st = self.state
         cfg = self.config
         self.speeds = Speeds.measure(self.cost, st.last_tokens, st.context,
                                      cfg.long_prefill_chunk, cfg.max_num_batched_tokens)
         changes: list[tuple[str, TierChange]] = []
         if now - st.refreshed >= self.policy.cold_refresh_s:
             st.refreshed = now
-            if ab.aging_enabled:
-                self._age(now)
-            if ab.cold_slack_enabled or ab.borrowing_enabled:
-                self._refresh_cold(now, changes)
-        elif ab.cold_slack_enabled:
+            self._age(now)
+            self._refresh_cold(now, changes)
+        else:
             self._rank_new_cold(now, changes)
         st.new_cold.clear()
-        if ab.demotion_enabled:
-            self._demotion_step(now, changes)
-        if ab.triage_enabled:
-            self._triage(now, changes)
-        refused = self._refuse_overdue(now) if ab.overload_demotion_enabled else ()
+        self._demotion_step(now, changes)
+        self.triage.triage(self._hot_view(), now, changes)
+        refused = self._refuse_overdue(now)
         fill, preempted, finish = self._fill(now)
         self._after_step(fill, now)
         plan = self.make_plan(fill.items, preempted, tier_changes=tuple(changes),
                               finish_paused=finish, refused=refused)
         st.last_tokens = max(1, plan.num_batched_tokens)
-        if self._may_pause(plan):
+        if self.pause.may_pause(plan, self.seqs, self.rank):
             plan = replace(plan, pause_until=self.pause_due_at())
         return plan
 
@@ -241,16 +265,16 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         return fill, [q.seq_id for q in fill.preempted], fill.finish_paused
 
     def _view(self, now: float, mode: FillMode) -> FillView:
-        ab, budget = self.ablations, self.config.max_num_batched_tokens
+        budget = self.config.max_num_batched_tokens
         return FillView(
             now=now, running=self.running, waiting=self.waiting, key=self.key,
             queue=self._queue.sync(self.key),
-            config=self.config, policy=self.policy, ablations=ab, cost=self.cost,
+            config=self.config, rules=self.rules, cost=self.cost,
             speeds=self.speeds, tbt_safety=self.tbt_safety(),
             pause_cap_s=self.pause_step_cap_s(now) if mode is FillMode.ALL else None,
-            hold_tokens=self.reserve.tokens(budget) if ab.reserve_enabled else 0,
-            hold_blocks=self.reserve.blocks(self.kv.num_blocks) if ab.reserve_enabled else 0,
-            lent=self.reserve.lent if ab.reserve_enabled else frozenset(),
+            hold_tokens=self.reserve.tokens(budget),
+            hold_blocks=self.reserve.blocks(self.kv.num_blocks),
+            lent=self.reserve.lent,
             cold_need=self.state.cold_need, has_held=bool(self.pause.held), kv=self.kv,
             try_schedule=self.try_schedule, release_unscheduled=self.release_unscheduled,
             pausing=self.pausing)
@@ -272,19 +296,17 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         used = fill.used_by_class
         other = used[SchedClass.HOT] + used[SchedClass.WARM]
         st.other_load += 0.05 * (min(1.0, other / budget) - st.other_load)
-        if self.ablations.reserve_enabled:
-            self.reserve.observe(now, used[SchedClass.HOT], fill.hot_blocks)
-            self.reserve.lent = fill.lent
+        self.reserve.observe(now, used[SchedClass.HOT], fill.hot_blocks)
+        self.reserve.lent = fill.lent
 
     # ---- cold slack, aging, promotion, demotion -------------------------------------------
     def _age(self, now: float) -> None:
         """Waiting warm and cold sequences past their tier's bound rank as hot from now on.
         Only their keys move (each key reads only marks whose every change moves it)."""
-        p, aged = self.policy, self.state.aged
-        bound = {WARM: p.aging_warm_s, COLD: p.aging_cold_s}
+        aged, bound = self.state.aged, self.aging.bound
         older = []
         for seq in self._queue.unranked(SchedClass.HOT):  # hot (no bound) or aged already
-            b = bound.get(seq.tier)
+            b = bound(seq.tier)
             if (b is not None and seq.first_scheduled_time is None
                     and now - seq.arrival_time > b and seq.seq_id not in aged):
                 older.append(seq)
@@ -299,8 +321,6 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         for seq in cold:  # only cold (and promoted) keys read the slack
             self._moved(seq.seq_id)
         st.cold_need = p.cold_need_safety * cold_need_tokens(cold, now, sp)
-        if not self.ablations.cold_slack_enabled:
-            return
         for seq in cold:
             self._promote_if_tight(seq, now, changes)
 
@@ -319,7 +339,7 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
     def _promote_if_tight(self, seq: Sequence, now: float, changes: list) -> None:
         p, st = self.policy, self.state
         slack = st.cold_slack[seq.seq_id]
-        if slack < p.promote_slack_s and seq.seq_id not in st.promoted:
+        if self.cold.promotes(slack) and seq.seq_id not in st.promoted:
             st.promoted.add(seq.seq_id)
             seq.tier = WARM
             st.num_promotions += 1
@@ -332,11 +352,10 @@ class LaserScheduler(HotTriage, LayerPause, Scheduler):
         p, st = self.policy, self.state
         pressured = st.hot_refused or st.hot_min_slack < p.pressure_slack_frac
         st.hot_refused = False
-        action = self.pressure.update(now, pressured, bool(st.demoted))
+        action = self.demotion.action(now, pressured, bool(st.demoted))
         if action == "demote":
             hot = [s for s in self.running + self.waiting if s.tier is HOT]
-            for rid in pick_demotions(hot, p.demote_fraction,
-                                      excess_first=self.ablations.contract_first_enabled):
+            for rid in pick_demotions(hot, p.demote_fraction, excess=self.contract.excess):
                 self._retier(rid, HOT, WARM, now, changes,
                              f"sustained hot pressure: slack under {p.pressure_slack_frac:.0%} "
                              f"of target for {p.pressure_window_s:g} s")

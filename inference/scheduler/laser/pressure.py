@@ -4,7 +4,7 @@ them back. The tracker only decides *when*; ``pick_demotions`` decides *whom*.""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from inference.sequence import Sequence
@@ -41,20 +41,22 @@ class PressureTracker:
         return None
 
 
+def _not_in_contract(seq: Sequence) -> int:
+    return int(not seq.in_contract)
+
+
 def pick_demotions(hot: Iterable[Sequence], fraction: float, *,
-                   excess_first: bool = True) -> list[str]:
-    """Request ids to demote: traffic above its tenant's contract first (with
-    ``excess_first``; such traffic may be demoted whatever the contract says), then demotable
-    ones; lowest priority weight first, then the newest.
+                   excess: Callable[[Sequence], int] = _not_in_contract) -> list[str]:
+    """Request ids to demote: traffic above its tenant's contract first (``excess``, the
+    policy's ``Contract.excess``; such traffic may be
+    demoted whatever the contract says), then demotable ones; lowest priority weight first,
+    then the newest.
 
     Takes ``fraction`` of the hot requests (at least one when any is a candidate).
     """
     by_request: dict[str, Sequence] = {}
     for seq in hot:
         by_request.setdefault(seq.request_id, seq)
-    def excess(s: Sequence) -> bool:
-        return excess_first and not s.in_contract
-
     candidates = [s for s in by_request.values() if s.targets.demotable or excess(s)]
     if not candidates:
         return []

@@ -1,8 +1,8 @@
 """What the ``laser`` policy remembers between steps, as plain values.
 
 One ``LaserState`` holds it all, grouped by tier; the policy's methods read and update it, the
-step fill only reads it (through ``FillView``). ``PauseState`` is the layer pause's part: the
-sequences of a paused forward and the blocks to free when it completes.
+step fill only reads it (through ``FillView``). The layer pause keeps its own
+(``pause.LayerPause``).
 """
 
 from __future__ import annotations
@@ -51,15 +51,3 @@ class LaserState:
         self.promoted.discard(seq.seq_id)
         self.aged.discard(seq.seq_id)
         self.cold_slack.pop(seq.seq_id, None)
-
-
-@dataclass(slots=True)
-class PauseState:
-    """Layer pause: ``layers`` the executor can stop a forward between (0: never pauses,
-    as in the simulator); ``held`` the sequences of the paused forward, out of every plan
-    until ``release``; ``free_on_release`` those of them that finished meanwhile (the
-    forward may still write their blocks)."""
-
-    layers: int = 0
-    held: list[Sequence] = field(default_factory=list)
-    free_on_release: list[Sequence] = field(default_factory=list)

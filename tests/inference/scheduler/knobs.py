@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from inference.scheduler import LaserAblations, LaserPolicyConfig
-from inference.scheduler.laser.config import NONE_POLICY
+from inference.scheduler import LaserPolicyConfig
+from sim.ablations import NONE_POLICY, LaserAblations, laser_options
 
 _ABLATIONS = {f.name for f in fields(LaserAblations)}
 
@@ -17,9 +17,11 @@ class Knobs:
     policy: LaserPolicyConfig = LaserPolicyConfig()
     ablations: LaserAblations = LaserAblations()
 
-    def options(self, **more) -> dict:
-        """``make_scheduler`` options for ``laser``."""
-        return {"policy_config": self.policy, "ablations": self.ablations, **more}
+    def options(self, pause_layers: int = 0, **more) -> dict:
+        """``make_scheduler`` options for ``laser``: its thresholds, and the parts its
+        ablations leave (``sim.ablations``)."""
+        return {"policy_config": self.policy, **laser_options(self.ablations, pause_layers),
+                **more}
 
 
 def knobs(base: Knobs, **changes) -> Knobs:

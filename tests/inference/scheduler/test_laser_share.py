@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from inference.request import Tier
-from inference.scheduler import LaserAblations, LinearCost
+from inference.scheduler import LinearCost
+from sim.ablations import LaserAblations, laser_options
 from tests.inference.factories import make_request, make_scheduler, step
 
 COST = LinearCost(0.01, per_token=0.01)  # a row costs as much as the step's fixed part
@@ -16,8 +17,8 @@ CAP_S = 0.8 * 0.1  # tbt_safety x the default hot TBT target: 7 rows
 def shared(share: bool, warm: int = 20, excess_hot: int = 0):
     sched = make_scheduler("laser", num_blocks=512, max_num_batched_tokens=64,
                            long_prefill_chunk=64, max_num_seqs=64,
-                           options={"cost": COST,
-                                    "ablations": LaserAblations(tbt_share_enabled=share)})
+                           options={"cost": COST, **laser_options(
+                               LaserAblations(tbt_share_enabled=share), 0)})
     sched.add(make_request("hot", 4, max_tokens=200), 0.0)
     for i in range(warm):
         sched.add(make_request(f"w{i}", 4, max_tokens=200, tier=Tier.WARM, salt=f"w{i}"), 0.0)
