@@ -34,9 +34,10 @@ run: migrate
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
-# mypy over the engine boundary and the gateway ([tool.mypy] in pyproject.toml); the layering
-# contracts ([tool.importlinter]): inference/ and kernels/ import no web code, kernels/ nothing
-# of inference/, other apps reach the gateway only through apps.gateway.serving
+# mypy over the engine boundary, the schedulers, the simulator and the gateway ([tool.mypy] in
+# pyproject.toml); the layering contracts ([tool.importlinter]): inference/ and kernels/ import
+# no web code, nothing outside sim/ imports the simulator, kernels/ nothing of inference/,
+# other apps reach the gateway only through apps.gateway.serving
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports

@@ -86,8 +86,9 @@ class Accounting:
         self.elapsed_s = 0.0
 
     def admitted(self, seq: Sequence, job: str | None) -> None:
-        self.live[seq.seq_id] = Live(seq.asked_tier, seq.arrival_time, seq.targets.tbt_p99_s,
-                                     job, seq.tenant_id, seq.targets.ttft_p99_s)
+        self.live[seq.seq_id] = Live(seq.asked_tier or seq.tier, seq.arrival_time,
+                                     seq.targets.tbt_p99_s, job, seq.tenant_id,
+                                     seq.targets.ttft_p99_s)
 
     def token(self, seq_id: str, now: float) -> None:
         lv = self.live[seq_id]
@@ -108,27 +109,28 @@ class Accounting:
         lv = self.live.pop(seq.seq_id)
         gaps = sorted(lv.gaps)
         tbt = nearest_rank(gaps, 99) if gaps else 0.0
-        started = lv.first is not None
+        first = lv.first
+        started = first is not None
         stall = bool(gaps) and gaps[-1] > INTERRUPT_FACTOR * lv.tbt_target
         interrupted = lv.tier is Tier.HOT and started and (stall or now is None)
-        ttft = lv.first - lv.arrival if started else math.inf
+        ttft = first - lv.arrival if first is not None else math.inf
         finish = math.inf if now is None else now
         t = seq.targets
         demoted = lv.demoted_at is not None
         within = (now is not None and not interrupted and ttft <= t.ttft_p99_s
                   and tbt <= t.tbt_p99_s and (t.demotable or not demoted))
-        outcome = min(lv.first if started else math.inf,
-                      lv.demoted_at if demoted else math.inf)
+        outcome = min(first if first is not None else math.inf,
+                      lv.demoted_at if lv.demoted_at is not None else math.inf)
         self.records.append(Record(
             lv.tier, lv.arrival, ttft, tbt, lv.tokens, finish,
-            (finish - lv.first) if started else 0.0, interrupted, within,
+            (finish - first) if first is not None else 0.0, interrupted, within,
             demoted and t.demotable, False, lv.job, seq.deadline, lv.tenant,
             outcome - lv.arrival, lv.ttft_target, demoted))
 
     def refused(self, seq: Sequence, job: str | None, reason: str) -> None:
         """The scheduler would not take it: a miss for its tier, and its reason is counted."""
         self.refusals[f"{seq.asked_tier}: {reason.split(':')[0]}"] += 1
-        self.records.append(Record(seq.asked_tier, seq.arrival_time, math.inf, 0.0, 0,
+        self.records.append(Record(seq.asked_tier or seq.tier, seq.arrival_time, math.inf, 0.0, 0,
                                    math.inf, 0.0, False, False, False, True, job,
                                    seq.deadline, seq.tenant_id, 0.0, seq.targets.ttft_p99_s))
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sim.config import SimConfig
@@ -20,16 +20,16 @@ class Goodput:
 
 def find_goodput(trace_at: Callable[[float], list[TraceRequest]], cfg: SimConfig, *,
                  lo: float = 0.05, hi: float = 2.0, rel_tol: float = 0.05,
-                 targets: dict[str, float] | None = None) -> Goodput:
+                 targets: Mapping[str, float] | None = None) -> Goodput:
     """Bisect on the load in ``[lo, hi]`` (assumed monotone: more load never helps) until the
     bracket is within ``rel_tol`` of its lower end. ``targets``: the attainment each tier
     must keep (default ``summary.TARGETS``: hot 99 %, warm 90 %, cold 99 %)."""
     out = Goodput(0.0)
-    targets = targets or TARGETS
+    goals: Mapping[str, float] = targets or TARGETS
 
     def met(load: float) -> bool:
         s = summarize(simulate(trace_at(load), cfg))
-        ok = all(s[t]["attainment"] >= q for t, q in targets.items())
+        ok = all(s[t]["attainment"] >= q for t, q in goals.items())
         out.probes.append((load, ok))
         return ok
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from inference.request import Tier
 
@@ -17,7 +18,7 @@ PANELS = [  # (title, path into a summary)
 
 
 def _value(summary: dict, path: tuple[str, ...]) -> float:
-    v = summary
+    v: Any = summary
     for k in path:
         v = v[k]
     return float(v)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from typing import Any
 
 from inference.request import Tier
 from sim.accounting import Record, nearest_rank
@@ -12,7 +13,7 @@ from sim.config import Contracts
 from sim.loop import RunResult
 
 # attainment a load must keep (goodput)
-TARGETS = {Tier.HOT: 0.99, Tier.WARM: 0.90, Tier.COLD: 0.99}
+TARGETS: dict[str, float] = {Tier.HOT: 0.99, Tier.WARM: 0.90, Tier.COLD: 0.99}
 TIMING = ("wall_s", "scheduler_s")  # measured, not simulated: differ from run to run
 
 
@@ -47,7 +48,9 @@ def hot_terms(recs: list[Record]) -> dict:
 
 
 def warm_terms(recs: list[Record], c: Contracts, window_s: float) -> dict:
-    tokens, secs, ttfts = defaultdict(int), defaultdict(float), defaultdict(list)
+    tokens: defaultdict[int, int] = defaultdict(int)
+    secs: defaultdict[int, float] = defaultdict(float)
+    ttfts: defaultdict[int, list[float]] = defaultdict(list)
     for r in recs:
         done = math.isfinite(r.finish)
         w = int((r.finish if done else r.arrival) // window_s)
@@ -106,7 +109,7 @@ def summarize(run: RunResult) -> dict:
     total_slots = run.num_blocks * cfg.block_size
     frag = acc.frag_slot_s / (acc.elapsed_s * total_slots) if acc.elapsed_s else 0.0
     kept = acc.frag_kept_slot_s / (acc.elapsed_s * total_slots) if acc.elapsed_s else 0.0
-    out = {
+    out: dict[str, Any] = {
         "policy": cfg.policy, "gpu": cfg.gpu, "model": cfg.model,
         Tier.HOT: hot_terms(by_tier[Tier.HOT]),
         "hot_by_tenant": _by_tenant(by_tier[Tier.HOT]),

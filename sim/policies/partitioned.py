@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from inference.errors import AdmissionRefused
-from inference.kv.block_manager import BlockManager
+from inference.kv.block_manager import BlockCopy, BlockManager
 from inference.request import Tier
 from inference.scheduler.config import SchedulerConfig
 from inference.scheduler.fcfs import FCFSScheduler
-from inference.scheduler.plan import StepPlan
+from inference.scheduler.plan import ScheduledSeq, StepPlan
 from inference.sequence import Sequence
 
 DEFAULT_SHARES = {Tier.HOT: 0.5, Tier.WARM: 0.3, Tier.COLD: 0.2}
@@ -69,7 +69,8 @@ class PartitionedScheduler(FCFSScheduler):
         self.running.sort(key=self.sort_key)
         self.waiting.sort(key=self.sort_key)
         blocks = self._blocks_by_tier()
-        items, preempted = [], []
+        items: list[tuple[ScheduledSeq, list[BlockCopy]]] = []
+        preempted: list[str] = []
         for tier in Tier:
             budget = self.token_caps[tier]
             running = [s for s in self.running if s.tier is tier]
