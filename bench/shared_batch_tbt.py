@@ -2,7 +2,7 @@
 streams (TBT target 0.1 s; TTFT target 30 s, so that they are not demoted) beside 14 warm
 bulk streams (``--bulk cold``: cold ones, as ``service_tier: "flex"`` sends; ``--bulk
 excess``: hot streams above their tenant's contract), with laser's
-shared-batch TBT cap on and off (``LaserAblations.tbt_share_enabled``), runs interleaved
+shared-batch TBT cap on and off (``sim.ablations.NoTbtShare`` for off), runs interleaved
 on/off so both see the same machine.
 
     .venv/bin/python bench/shared_batch_tbt.py [--pairs 2] [--tokens 48] [--threads 1]
@@ -16,7 +16,6 @@ the two) and mean gap, the warm streams' mean gap, and the run's wall time. Writ
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -28,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
 from inference.request import ContractTargets, EngineRequest, SamplingParams, Tier  # noqa: E402
+from inference.scheduler.laser.parts import FillRules  # noqa: E402
+from sim.ablations import NoTbtShare  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "shared_batch_tbt.json"
 # the default TBT target (0.1 s) and a TTFT target loose enough that on a loaded machine the
@@ -42,7 +43,7 @@ def p99(xs: list[float]) -> float:
 
 def one_run(engine: LLMEngine, share: bool, tokens: int, tag: str, bulk: str) -> dict:
     sched = engine.scheduler
-    sched.ablations = dataclasses.replace(sched.ablations, tbt_share_enabled=share)
+    sched.rules = (FillRules if share else NoTbtShare)(sched.policy)  # the fill's caps
     sp = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     times: dict[str, list[float]] = {}
     tier = {"warm": Tier.WARM, "cold": Tier.COLD, "excess": Tier.HOT}[bulk]

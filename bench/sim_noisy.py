@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inference.scheduler import LaserAblations  # noqa: E402
 from sim import SimConfig, simulate  # noqa: E402
+from sim.ablations import LaserAblations  # noqa: E402
 from sim.scenarios import noisy_neighbours  # noqa: E402
 from sim.summary import summarize  # noqa: E402
 
