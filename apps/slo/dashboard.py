@@ -91,7 +91,7 @@ def window_requests(request: HttpRequest) -> HttpResponse:
     term = request.GET.get("term", "")
     context = {"tenant": tenant, "tier": tier, "window": window, "start": start, "end": end,
                "term": dashboard_data.TERM_LABELS.get(term, ""), "records": records,
-               "ttft_target": _ttft_target(snap, tier),
+               "ttft_target": _ttft_target(snap, tier), "ttft_is_p99": tier == tiers.Tier.HOT,
                "tbt_target": snap.targets.tbt_p99_s if snap and tier == tiers.Tier.HOT else None}
     return render(request, "slo/requests.html", context)
 

@@ -8,7 +8,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
-from apps.core.tiers import Tier
 from apps.tenants.selectors import api_keys_for_tenant
 from apps.web import docs
 from apps.web.access import tenant_for_session, tenant_page
@@ -43,7 +42,7 @@ def start(request: HttpRequest) -> HttpResponse:
     context = {
         "section": "start", "base_url": request.build_absolute_uri("/v1"),
         "models": setup.models, "model": setup.models[0], "tiers": setup.tiers,
-        "key": mine[0] if mine else None, "hot": Tier.HOT in setup.tiers,
+        "key": mine[0] if mine else None,
         "guides": [g for g in docs.guides() if g.name in START_GUIDES],
     }
     return render(request, "web/start.html", context)

@@ -2,7 +2,7 @@
 
 The main table lists exactly the variables ``laser_platform/settings/`` reads through ``env()``;
 "Read below the settings" lists exactly those read straight from ``os.environ`` anywhere else in
-``apps/``, ``inference/``, ``kernels/`` and ``laser_platform/``.
+``apps/``, ``inference/``, ``kernels/``, ``laser_platform/`` and ``sim/``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 _ENV_CALL = re.compile(r"\benv(?:_required)?\(\s*\"([A-Z][A-Z0-9_]*)\"")
 _OS_ENVIRON = re.compile(
-    r"os\.environ(?:\.get|\.setdefault)?[(\[]\s*\"([A-Z][A-Z0-9_]*)\"|\bENV_VAR\s*=\s*\"([A-Z_]+)\"")
+    r"\b(?:os\.)?environ(?:\.get|\.setdefault)?[(\[]\s*\"([A-Z][A-Z0-9_]*)\"|\bENV_VAR\s*=\s*\"([A-Z_]+)\"")
 _ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \|", re.M)
 
 
@@ -40,7 +40,7 @@ def test_the_configuration_table_is_the_settings_table():
 
 
 def test_variables_read_below_the_settings_have_their_own_table():
-    sources = [p for top in ("apps", "inference", "kernels", "laser_platform")
+    sources = [p for top in ("apps", "inference", "kernels", "laser_platform", "sim")
                for p in sorted((ROOT / top).rglob("*.py")) if "settings" not in p.parts]
     read = _read_by(sources, _OS_ENVIRON)
     listed = set(_ROW.findall(_section("### Read below the settings", "## Production layout")))

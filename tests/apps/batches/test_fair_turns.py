@@ -5,6 +5,7 @@ countdown) instead of holding it. Validation and finalization go to their own qu
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from celery import current_app
 
 from apps.batches import services
 from apps.batches.models import Batch
+from apps.gateway import admission
 from tests.apps.batches.conftest import chat_line
 
 pytestmark = pytest.mark.django_db
@@ -38,8 +40,11 @@ def _status(batch) -> str:
 
 
 def test_a_rate_paced_batch_hands_the_worker_to_another_tenants_batch(
-        cold, upload, queue, engine, settings, tenant_factory, api_key_factory):
+        cold, upload, queue, engine, settings, tenant_factory, api_key_factory, monkeypatch):
     settings.LASER_COLD_MIN_DEADLINE_S = 1
+    # the limiter counts fixed minutes: its clock stays mid-minute, so no window ends mid-test
+    mid_minute = time.time() // 60 * 60 + 30
+    monkeypatch.setattr(admission, "time", SimpleNamespace(time=lambda: mid_minute))
     slow = _tenant(tenant_factory, api_key_factory, requests_per_min=1)
     paced = _create(slow, upload, 3, "s")
     other = _create(cold, upload, 2, "o")
