@@ -44,7 +44,7 @@ class EngineConfig:
             ``auto`` keeps both the quantized blocks and the bfloat16 packs where the CPU has
             both paths (the quantized one: the C kernels with AVX2 or better; bfloat16:
             native matmuls, AMX or AVX512-BF16) and runs each step on the side that this
-            machine's own step times show faster at its width (docs/engine.md, "Auto");
+            machine's own step times show faster at its width (docs/engine.md, "Which kernels");
             with one of the two paths it is that one, with neither
             float32 (``bfloat16`` falls back to float32 there too:
             ``kernels.pack_linear_weight`` packs nothing oneDNN cannot run). The engine's

@@ -14,7 +14,8 @@ QUANT_SIDE, BF16_SIDE = Side.QUANT, Side.BF16
 class SideChooser:
     """Which packs (quantized blocks or bfloat16) run a step of ``n`` tokens, learned from the
     machine's own step times: which side is faster at which width differs between CPUs with
-    the same vector units, so no fixed crossover suits every machine (docs/engine.md, "Auto").
+    the same vector units, so no fixed crossover suits every machine (docs/engine.md,
+    "Which kernels").
 
     Steps are grouped by kind (decode only, or with prompt tokens: these run other packs, the
     two-part ones, and the sides' order can differ between the kinds at one width; one try of

@@ -295,7 +295,7 @@ def test_auto_without_a_threshold_runs_the_side_its_step_times_show_faster() -> 
 def test_the_threshold_is_a_config_field() -> None:
     from inference.engine.config import EngineConfig
 
-    assert EngineConfig().quant_max_rows is None  # learned (docs/engine.md, "Auto")
+    assert EngineConfig().quant_max_rows is None  # learned (docs/engine.md, "Which kernels")
     with pytest.raises(ValueError, match="quant_max_rows"):
         EngineConfig(quant_max_rows=-1)
 
