@@ -22,7 +22,6 @@ from kernels.choice import (
     Backend,
     BandChooser,
     Crossover,
-    KernelTable,
     MatmulMode,
     Side,
     resolve_matmul_mode,
@@ -33,19 +32,20 @@ from kernels.dispatch import backend, use_native, use_triton
 from kernels.kv_cache import write_kv
 from kernels.layer_ops import DOWN, GATE_UP, O_PROJ, QKV, CpuOps, TorchOps
 from kernels.linear import (
-                            Q8,
-                            QUANT,
-                            QUANT_MODES,
-                            bf16_matmul_supported,
-                            linear,
-                            pack_linear_weight,
-                            pack_quant_weight,
-                            quant_supported,
+    Q8,
+    QUANT,
+    QUANT_MODES,
+    bf16_matmul_supported,
+    linear,
+    pack_linear_weight,
+    pack_quant_weight,
+    quant_supported,
 )
 from kernels.packing import LayerParams, pack_model
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
+from kernels.table import KernelTable
 
 __all__ = [
     "argmax",

@@ -11,20 +11,17 @@ Which kernels run a step follows from four things, each fixed before the first s
   packs) for each step kind and row-count band, which depends on the CPU, so it is calibrated
   on this machine's own step times (``inference.engine.sides``) or pinned by a crossover.
 
-:class:`KernelTable` records them for one load: the engine asks it, and nothing else, which
+``kernels.table.KernelTable`` records them for one load: the engine asks it, and nothing else, which
 packs run a step.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from kernels.backends import Packing
 
 
 class Backend(enum.StrEnum):
@@ -117,32 +114,3 @@ class Crossover:
 
     def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None:
         pass
-
-
-@dataclass(slots=True)
-class KernelTable:
-    """One load's kernel choices: the matmul ``mode`` it asked for (resolved against the CPU),
-    the ``backend``, whether its layers run on the C kernels (``native``: a float32 model on a
-    CPU where they build, with a float32 or float16 KV cache), the packings a step may switch
-    between (none where the model keeps the one it packed; under ``AUTO`` one per
-    :class:`Side`) and, under ``AUTO``, the ``bands`` that pick a side per step kind and row
-    count."""
-
-    mode: MatmulMode
-    backend: Backend
-    native: bool = False
-    packings: dict[Side, Packing] = field(default_factory=dict)
-    bands: BandChooser | None = None
-
-    @property
-    def two_sided(self) -> bool:
-        return self.bands is not None and len(self.packings) == 2
-
-    def side(self, n: int, prompt: bool, explore: bool) -> Side | None:
-        """The side a step of ``n`` tokens runs on, or None where there is one packing."""
-        return self.bands.choose(n, prompt, explore) if self.two_sided and self.bands else None
-
-    def observe(self, n: int, side: Side, seconds: float, prompt: bool) -> None:
-        """A whole step of ``n`` tokens on ``side`` took ``seconds``: the bands learn."""
-        if self.bands is not None:
-            self.bands.observe(n, side, seconds, prompt)

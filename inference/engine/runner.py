@@ -25,7 +25,8 @@ from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 from kernels import _cpu
 from kernels.backends import Packing
-from kernels.choice import BandChooser, Crossover, KernelTable, MatmulMode, Side
+from kernels.choice import BandChooser, Crossover, MatmulMode, Side
+from kernels.table import KernelTable
 
 # Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: a second
 # thread speeds up a prompt's long matmuls, but through the server steps of a few dozen tokens

@@ -8,11 +8,11 @@ import torch
 from kernels.choice import (
     Backend,
     Crossover,
-    KernelTable,
     MatmulMode,
     Side,
     resolve_matmul_mode,
 )
+from kernels.table import KernelTable
 
 
 def test_backend_names_parse_in_any_case_and_blank_is_auto():
