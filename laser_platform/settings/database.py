@@ -7,14 +7,16 @@ import dj_database_url
 from laser_platform.settings._env import VAR_DIR, env
 
 DATABASE_URL: str = env("DATABASE_URL", "")
-# PostgreSQL sessions one process opens at most (psycopg's pool, Django 5.1+); 0 = no pool, a
-# connection per request thread. Each request runs its ORM calls on a thread of its own, so
+# PostgreSQL sessions one process opens at most (psycopg's pool, Django 5.1+); 0 (the default)
+# = no pool, a connection per request thread. Opt-in: a thread that keeps its session for its
+# whole life (a worker thread that never closes it) keeps a pooled one too, so size the pool
+# above the process's long-lived threads. Each request runs its ORM calls on a thread of its own, so
 # without a bound a burst of arrivals opens a session each (200 at once opened 79, against the
 # server's max_connections of 100). A request gives its connection back before tokenising
 # (apps/gateway/serving.py), so streams hold none; past the pool, a thread waits up to
 # DB_POOL_TIMEOUT_S. Size it so that web processes x this + Celery workers + the engine
 # workers' stay under the server's max_connections.
-DB_POOL_MAX_SIZE: int = env("DB_POOL_MAX_SIZE", 16, int)
+DB_POOL_MAX_SIZE: int = env("DB_POOL_MAX_SIZE", 0, int)
 DB_POOL_TIMEOUT_S: float = env("DB_POOL_TIMEOUT_S", 30.0, float)
 
 if DATABASE_URL:

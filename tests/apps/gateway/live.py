@@ -109,7 +109,10 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.01) -> bool:
 
 def close_server_connections() -> None:
     """End the database sessions the server's worker threads still hold, so the test database
-    can be dropped (PostgreSQL refuses while other sessions use it)."""
+    can be dropped (PostgreSQL refuses while other sessions use it). Under psycopg's pool the
+    pool goes too: the sessions ended here were checked out by the server's threads and
+    never return, so the next test would wait on an exhausted pool; a fresh one opens on the
+    next query."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -117,6 +120,9 @@ def close_server_connections() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    if connection.pool is not None and not connection.in_atomic_block:
+        connection.close()  # this thread's session back first: close_pool ends the rest
+        connection.close_pool()
 
 
 class EngineWorkers:
