@@ -1,11 +1,12 @@
-"""The embedded Celery workers: two worker threads (solo pools) and a sweep thread inside the
+"""The embedded Celery workers: worker threads (solo pools) and a sweep thread inside the
 ``manage.py serve`` process, consuming the in-memory broker (or Redis, when ``REDIS_URL`` is
 set). Registered with ``apps.core.lifecycle`` by ``BatchesConfig.ready``.
 
-One worker takes the chunks (the default queue), the other the control tasks (validation,
-finalization: ``LASER_BATCH_CONTROL_QUEUE``), so that a new batch is validated while another
-batch's chunk holds the first worker. Celery keeps a worker's queue selection on its app, so the
-control worker runs on an app of its own with the same configuration (the in-memory broker's
+On the in-memory broker one worker takes the chunks (the default queue), the other the control
+tasks (validation, finalization: ``LASER_BATCH_CONTROL_QUEUE``), so that a new batch is
+validated while another batch's chunk holds the first worker; on Redis one worker takes both
+(kombu's event loop is one per process). Celery keeps a worker's queue selection on its app,
+so the control worker runs on an app of its own with the same configuration (the in-memory broker's
 queues are shared by the whole process).
 
 On start it resumes every unfinished batch from the database, because the in-memory broker
@@ -62,9 +63,17 @@ class EmbeddedWorker:
         from celery import current_app  # the project's (laser_platform/celery.py)
 
         host = _host()
-        self._start_one(current_app, f"embedded@{host}", settings.CELERY_TASK_DEFAULT_QUEUE)
-        self._start_one(_control_app(), f"embedded-control@{host}",
-                        settings.LASER_BATCH_CONTROL_QUEUE)
+        chunks, control = settings.CELERY_TASK_DEFAULT_QUEUE, settings.LASER_BATCH_CONTROL_QUEUE
+        if settings.CELERY_BROKER_URL.startswith("memory://"):
+            self._start_one(current_app, f"embedded@{host}", [chunks])
+            self._start_one(_control_app(), f"embedded-control@{host}", [control])
+        else:
+            # kombu keeps one event loop per process (kombu.asynchronous.hub), and a Redis
+            # consumer runs on it: a second worker thread would drive the first one's loop and
+            # interleave their BRPOP replies (the worker died on "too many values to unpack").
+            # One worker takes both queues; run `celery worker -Q <control>` beside it to keep
+            # validation from waiting one turn.
+            self._start_one(current_app, f"embedded@{host}", [chunks, control])
         from apps.batches.sweep import resume
 
         resume()
@@ -72,23 +81,23 @@ class EmbeddedWorker:
                                          daemon=True)
         self._sweeper.start()
 
-    def _start_one(self, app: Any, hostname: str, queue: str) -> None:
+    def _start_one(self, app: Any, hostname: str, queues: list[str]) -> None:
         from celery.worker import WorkController
 
         ready = _READY[hostname] = threading.Event()
         app.steps["consumer"].add(_ready_step())
         app.finalize()
         worker = WorkController(
-            app=app, pool="solo", concurrency=1, hostname=hostname, queues=[queue],
+            app=app, pool="solo", concurrency=1, hostname=hostname, queues=queues,
             loglevel=settings.LOG_LEVEL, without_heartbeat=True, without_mingle=True,
             without_gossip=True,
         )
         thread = threading.Thread(target=self._run, args=(worker, ready),
-                                  name=f"batch-worker-{queue}", daemon=True)
+                                  name=f"batch-worker-{'+'.join(queues)}", daemon=True)
         thread.start()
         self._workers.append((worker, thread, ready))
         if not ready.wait(timeout=30):
-            raise RuntimeError(f"the embedded Celery worker for {queue!r} did not start "
+            raise RuntimeError(f"the embedded Celery worker for {queues!r} did not start "
                                "within 30 s")
 
     @staticmethod
