@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+
+# Triton reads its interpreter switch when first imported, and other tests' imports (torch's
+# dynamo, the engine) may import it before tests/kernels/conftest.py runs; `make test` sets it too.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 from collections.abc import Callable
 from typing import Any
 

@@ -31,10 +31,10 @@ def require_post(request: HttpRequest) -> None:
         raise MethodNotAllowedError(f"Method {request.method} is not allowed; use POST.")
 
 
-def read_json_object(request: HttpRequest) -> dict[str, Any]:
+def read_json_object(request: HttpRequest, *, nul_ok: bool = True) -> dict[str, Any]:
     """The body as a JSON object; 415 for another content type, 413 past the size limit, 400
     for malformed, too deep or non-object JSON and for a string that is not Unicode text
-    (``apps.core.jsonbody``)."""
+    (``apps.core.jsonbody``), or that holds a NUL where the body is stored (``nul_ok=False``)."""
     content_type = request.content_type or ""
     if content_type != "application/json":
         raise UnsupportedMediaTypeError(
@@ -46,7 +46,7 @@ def read_json_object(request: HttpRequest) -> dict[str, Any]:
     raw = request.read(limit + 1)
     if len(raw) > limit:
         raise RequestTooLargeError(f"The request body exceeds {limit} bytes.")
-    body = parse_json(raw)  # chat text is not stored: a NUL may pass, a lone surrogate not
+    body = parse_json(raw, nul_ok=nul_ok)  # a lone surrogate never passes
     if not isinstance(body, dict):
         raise BadRequestError("The request body must be a JSON object.", code="invalid_json")
     return body

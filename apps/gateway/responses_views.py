@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.core.errors import APIError, BadRequestError, MethodNotAllowedError, NotFoundError
+from apps.core.jsonbody import printable
 from apps.gateway import admission, http, serving
 from apps.gateway import responses_api as api
 from apps.gateway.engine_errors import api_error, ended_early
@@ -57,7 +59,7 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
     except APIError as exc:
         return error_response(exc)
     try:
-        body = http.read_json_object(request)
+        body = http.read_json_object(request, nul_ok=False)  # stored unless store is false
         chat, conversation = api.chat_body(body, await _history(caller, body.get(
             "previous_response_id")))
     except APIError as exc:
@@ -95,9 +97,9 @@ class _Run:
     async def store(self, obj: dict, answer: list[dict]) -> None:
         if self.body.get("store") is False:
             return
-        await StoredResponse.objects.acreate(
-            id=self.response_id, tenant=self.caller.tenant, body=obj,
-            messages=[*self.conversation, *answer])
+        await StoredResponse.objects.acreate(  # the model's text may hold a NUL: jsonb refuses it
+            id=self.response_id, tenant=self.caller.tenant, body=_storable(obj),
+            messages=_storable([*self.conversation, *answer]))
 
     async def events(self) -> AsyncIterator[bytes]:
         served = self.served
@@ -155,3 +157,14 @@ async def embeddings(request: HttpRequest) -> HttpResponseBase:
                             code="unsupported_endpoint")
     except APIError as exc:
         return error_response(exc)
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with every string made storable (``apps.core.jsonbody.printable``)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(k): _storable(v) for k, v in value.items()}
+    return value

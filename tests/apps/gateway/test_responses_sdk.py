@@ -118,3 +118,20 @@ def test_refusals_name_the_responses_parameter(client):
         client.embeddings.create(model=MODEL, input="hi")
     assert embeddings.value.code == "unsupported_endpoint"
     assert embeddings.value.body["message"].startswith("Embeddings are not served")
+
+
+def test_a_nul_in_a_stored_input_is_a_400_naming_it(client):
+    # the request is stored (store defaults to true) and PostgreSQL's jsonb refuses U+0000:
+    # schemathesis found it as a 500 (DataError) on PostgreSQL
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=MODEL, input="a\x00b", max_output_tokens=4)
+    assert info.value.param == "input" and "NUL" in info.value.message
+    answer = client.responses.create(model=MODEL, input="ab", max_output_tokens=4)
+    assert answer.status in ("completed", "incomplete")
+
+
+def test_a_stored_answer_is_storable_whatever_the_model_wrote():
+    from apps.gateway.responses_views import _storable
+
+    stored = _storable({"content": ["x\x00y", {"k\x00": "\ud800"}], "n": 1})
+    assert stored == {"content": ["x\\x00y", {"k\\x00": "\\ud800"}], "n": 1}

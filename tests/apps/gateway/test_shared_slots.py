@@ -55,8 +55,10 @@ def caller(tenant_id: int, key_id: int) -> Caller:
 def shared(settings):
     settings.LASER_RATELIMIT_REDIS_URL = os.environ["REDIS_URL"]
     settings.LASER_SLOT_LEASE_S = LEASE_S
-    settings.DATABASES["default"]["NAME"] = f"slots-{uuid.uuid4().hex[:8]}"  # our names
-    return get_slots()
+    default = settings.DATABASES["default"]  # the connections' own dict: put the name back
+    name, default["NAME"] = default["NAME"], f"slots-{uuid.uuid4().hex[:8]}"  # our names
+    yield get_slots()
+    default["NAME"] = name
 
 
 def _other_process(namespace: str, tenant_id: int, key_id: int, n: int) -> subprocess.Popen:
