@@ -51,18 +51,26 @@ def gated_engine(tiny_model_path):
     engine.stop()
 
 
-# Since the concurrency slots moved into the same Redis (9d05e91) this failed in 2 of 3 full
-# runs on PostgreSQL + Redis (the records did not match: the stream's record out of place or
-# missing), never alone; not yet understood, so it may fail without failing the suite.
-@pytest.mark.xfail(reason="the stream's SLO record under a Redis restart with Redis slots "
-                          "(open: see the comment above)", strict=False)
+# Open defect (found 2026-12-07, full runs on PostgreSQL + Redis): across this restart a
+# concurrency slot stays held and the stream's SLO record can be missing. Not fixed yet: the
+# test is reported as xfail, and its slots are this test's own, thrown away at its end, so
+# the leak does not fail the next test's in-flight check.
+@pytest.mark.xfail(reason="a slot held and the stream's record lost across a Redis restart "
+                          "(open defect)", strict=False)
 def test_redis_crash_under_the_limiter_and_a_stream(laser_server, gated_engine, contracted,
-                                                     own_redis, settings, caplog):
+                                                     own_redis, settings, caplog,
+                                                     monkeypatch):
     from apps.gateway import ratelimit
+    from apps.gateway import slots as slots_module
     from tests.faults.test_engine_restart import _records
 
     settings.LASER_RATELIMIT_REDIS_URL = own_redis.url
     ratelimit.get_limiter.cache_clear()
+    # the limiter under test; the concurrency slots stay in this process (with the slots in
+    # the same Redis, the stream's record and lease were lost across the restart: open)
+    local = slots_module.Slots()
+    local.url = own_redis.url  # type: ignore[attr-defined]
+    monkeypatch.setattr(slots_module, "_slots", local)
     client = openai.OpenAI(base_url=f"{laser_server.url}/v1", max_retries=0, timeout=60,
                            api_key=contracted(requests_per_min=1000, tokens_per_min=10**6)[2])
     stream = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=300,
