@@ -11,8 +11,10 @@ preempt.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
+from hashlib import blake2b
 
 from inference.sequence import Sequence
 
@@ -38,9 +40,29 @@ class KVStats:
         return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
 
 
-def block_hash(parent: int | None, salt: str, tokens: tuple[int, ...]) -> int:
-    """Hash of one full block; chaining the parent makes it a hash of the whole prefix."""
-    return hash((parent, salt, tokens))
+def block_hash(parent: int | None, salt: str, tokens: list[int] | tuple[int, ...]) -> int:
+    """Hash of one full block; chaining the parent makes it a hash of the whole prefix.
+
+    Stable across processes and machines (blake2b, not the per-process ``hash()`` of a str), so
+    replicas can publish the hashes they hold and a router can compute them for a prompt.
+    The first block hashes the salt, length-prefixed; later blocks chain their parent instead.
+    """
+    if parent is None:
+        raw = salt.encode()
+        head = b"\x00" + len(raw).to_bytes(4, "little") + raw
+    else:
+        head = b"\x01" + parent.to_bytes(8, "little")
+    digest = blake2b(head + array("q", tokens).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def prefix_hashes(tokens: list[int], salt: str, block_size: int) -> list[int]:
+    """Chained hashes of every full block of ``tokens``: what a router looks up for a prompt."""
+    hashes: list[int] = []
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        hashes.append(block_hash(hashes[-1] if hashes else None, salt,
+                                 tokens[start:start + block_size]))
+    return hashes
 
 
 class BlockManager:
@@ -87,7 +109,7 @@ class BlockManager:
             return 0
         bs, parent, hashes = self.block_size, None, []
         for start in range(0, seq.num_tokens - 1 - bs + 1, bs):
-            h = block_hash(parent, seq.salt, tuple(seq.tokens(start, start + bs)))
+            h = block_hash(parent, seq.salt, seq.tokens(start, start + bs))
             block_id = self._cached.get(h)
             if block_id is None:
                 break
@@ -158,7 +180,7 @@ class BlockManager:
             hashes = self._hashes[seq.seq_id] = []
         for i in range(len(hashes), full):
             parent = hashes[-1] if hashes else None
-            h = block_hash(parent, seq.salt, tuple(seq.tokens(i * bs, (i + 1) * bs)))
+            h = block_hash(parent, seq.salt, seq.tokens(i * bs, (i + 1) * bs))
             hashes.append(h)
             block = self.blocks[seq.block_ids[i]]
             if block.hash is None and h not in self._cached:

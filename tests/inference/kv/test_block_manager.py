@@ -1,14 +1,27 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference.kv.block_manager import BlockManager
+from inference.kv.block_manager import BlockManager, prefix_hashes
 from tests.inference.factories import make_request
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def seq(prompt_len=8, salt="t", rid="a"):
     return make_request(rid, prompt_len, salt=salt)[0]
+
+
+def computed(kv, prompt_len, salt="t", rid="a"):
+    """A sequence whose whole prompt is computed and whose full blocks are registered."""
+    s = seq(prompt_len, salt=salt, rid=rid)
+    kv.allocate_slots(s, prompt_len)
+    s.num_computed_tokens = prompt_len
+    kv.cache_computed_blocks(s)
+    return s
 
 
 def test_allocate_and_free_returns_every_block():
@@ -29,11 +42,7 @@ def test_out_of_blocks_is_an_answer_not_an_exception():
 
 def test_prefix_cache_hit_needs_same_salt_and_leaves_one_token():
     kv = BlockManager(16, 4)
-    a = seq(9, salt="tenant-a", rid="a")
-    kv.allocate_slots(a, 9)
-    a.num_computed_tokens = 9
-    kv.cache_computed_blocks(a)
-    kv.free(a)
+    kv.free(computed(kv, 9, salt="tenant-a"))
     other_tenant = seq(9, salt="tenant-b", rid="b")
     assert kv.match_prefix(other_tenant) == 0
     same = seq(9, salt="tenant-a", rid="c")
@@ -45,11 +54,7 @@ def test_prefix_cache_hit_needs_same_salt_and_leaves_one_token():
 
 def test_cached_blocks_are_evicted_least_recent_first():
     kv = BlockManager(3, 4)
-    a = seq(8, rid="a")
-    kv.allocate_slots(a, 8)
-    a.num_computed_tokens = 8
-    kv.cache_computed_blocks(a)
-    kv.free(a)  # two hashed free blocks, one plain free block
+    kv.free(computed(kv, 8))  # two hashed free blocks, one plain free block
     b = seq(4, salt="other", rid="b")
     kv.allocate_slots(b, 4)
     assert kv.stats().cached_free_blocks == 2  # the plain block went first
@@ -105,3 +110,32 @@ def test_blocks_are_conserved(ops):
                 refs[b] = refs.get(b, 0) + 1
         assert all(kv.blocks[b].ref_count == c for b, c in refs.items())
         assert kv.num_free_blocks + len(refs) == kv.num_blocks
+
+
+_HASH_SNIPPET = (
+    "from inference.kv.block_manager import prefix_hashes;"
+    "print(prefix_hashes(list(range(40)), 'tenant-7', 16))"
+)
+
+
+def test_block_hashes_are_the_same_in_every_process():
+    import os
+    import subprocess
+    import sys
+
+    outs = set()
+    for seed in ("1", "2"):  # the per-process hash() of str differs between these seeds
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", _HASH_SNIPPET], env=env, check=True,
+                             capture_output=True, text=True, cwd=ROOT)
+        outs.add(run.stdout)
+    assert len(outs) == 1
+    assert outs == {f"{prefix_hashes(list(range(40)), 'tenant-7', 16)}\n"}
+
+
+def test_prefix_hashes_match_what_the_manager_registers():
+    kv = BlockManager(16, 4)
+    a = computed(kv, 13, salt="t")
+    expected = prefix_hashes(a.tokens(0, 13), "t", 4)
+    assert len(expected) == 3 and set(expected) <= set(kv._cached)
+    assert prefix_hashes(a.tokens(0, 13), "u", 4)[0] not in kv._cached
