@@ -1,4 +1,5 @@
-"""Rebuild a `tokenizers.Tokenizer` from llama.cpp GGUF tokenizer metadata (byte-level BPE)."""
+"""Rebuild a `tokenizers.Tokenizer` from llama.cpp GGUF tokenizer metadata: byte-level BPE
+(`gpt2`) here, SentencePiece (`llama`) in `spm_vocab`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from .spm_vocab import spm_tokenizer_from_gguf
 
 # llama.cpp token types (gguf.TokenType)
 _CONTROL, _USER_DEFINED = 3, 4
@@ -18,6 +21,8 @@ _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # `tokenizer.ggml.pre` -> (split digits one by one first?, split regex or None for GPT-2's).
+# Llama 3's pre-tokenizers also take a piece whole when the vocabulary has it ("ignore_merges",
+# as its tokenizer.json and llama.cpp do) and add BOS unless the file says otherwise: `_LLAMA3_PRE`.
 # llama.cpp treats smollm like starcoder: every digit its own piece, then GPT-2's regex, which is
 # also what SmolLM2's own tokenizer.json does (Digits(individual) + ByteLevel).
 _PRE_TOKENIZERS: dict[str, tuple[bool, str | None]] = {
@@ -26,6 +31,7 @@ _PRE_TOKENIZERS: dict[str, tuple[bool, str | None]] = {
     "llama-bpe": (False, _LLAMA3), "llama3": (False, _LLAMA3), "llama-v3": (False, _LLAMA3),
     "smaug-bpe": (False, _LLAMA3), "qwen2": (False, _QWEN2),
 }
+_LLAMA3_PRE = frozenset({"llama-bpe", "llama3", "llama-v3"})
 
 
 class UnsupportedTokenizer(ValueError):
@@ -49,21 +55,47 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
 
 
 def tokenizer_from_gguf(meta: Mapping[str, Any]) -> Tokenizer:
-    """Byte-level BPE from `tokenizer.ggml.{tokens,merges,token_type,pre,...}`.
+    """The GGUF's tokenizer: byte-level BPE (`gpt2`) or SentencePiece (`llama`), with BOS/EOS
+    added where the file says `tokenizer.ggml.add_bos_token` / `add_eos_token`."""
+    kind = meta.get("tokenizer.ggml.model")
+    if kind == "gpt2":
+        tok = bpe_tokenizer_from_gguf(meta)
+        add_bos = meta.get("tokenizer.ggml.pre") in _LLAMA3_PRE
+    elif kind == "llama":
+        tok, add_bos = spm_tokenizer_from_gguf(meta), True  # llama.cpp's default for SPM
+    else:
+        raise UnsupportedTokenizer(f"tokenizer.ggml.model = {kind!r} is not supported; "
+                                   "known: 'gpt2' (byte-level BPE), 'llama' (SentencePiece)")
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos))
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False))
+    tokens = meta["tokenizer.ggml.tokens"]
+    ends = [(key, tokens[meta[f"tokenizer.ggml.{key}_token_id"]]) for key, on in
+            (("bos", add_bos), ("eos", add_eos))
+            if on and meta.get(f"tokenizer.ggml.{key}_token_id") is not None]
+    if ends:
+        named = dict(ends)
+        head, tail = named.get("bos", ""), named.get("eos", "")
+        single = " ".join(x for x in (head, "$A", tail) if x)
+        pair = " ".join(x for x in (single, head, "$B", tail) if x)
+        tok.post_processor = processors.TemplateProcessing(
+            single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in
+                                                      dict.fromkeys(named.values())])
+    return tok
+
+
+def bpe_tokenizer_from_gguf(meta: Mapping[str, Any]) -> Tokenizer:
+    """Byte-level BPE from `tokenizer.ggml.{tokens,merges,token_type,pre}`.
 
     Control tokens become special added tokens (kept whole, skippable on decode); user-defined
-    tokens become plain added tokens. BOS is prepended by the post-processor only when the file
-    says `tokenizer.ggml.add_bos_token`.
+    tokens become plain added tokens.
     """
-    kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise UnsupportedTokenizer(f"tokenizer.ggml.model = {kind!r}: only byte-level BPE "
-                                   f"('gpt2') GGUF tokenizers are supported")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
+                               ignore_merges=pre in _LLAMA3_PRE))
+    tok.pre_tokenizer = _pre_tokenizer(pre)
     tok.decoder = decoders.ByteLevel()
     types = list(meta.get("tokenizer.ggml.token_type") or [])
     special = [AddedToken(t, special=True, normalized=False)
@@ -72,9 +104,4 @@ def tokenizer_from_gguf(meta: Mapping[str, Any]) -> Tokenizer:
              for t, ty in zip(tokens, types) if ty == _USER_DEFINED]
     tok.add_special_tokens(special)
     tok.add_tokens(plain)
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A {tokens[bos]} $B",
-            special_tokens=[(tokens[bos], bos)])
     return tok

@@ -1,0 +1,1 @@
+"""Oracles made here: tiny GGUFs with llama.cpp's reference distributions (tests/oracles/data)."""
