@@ -28,6 +28,8 @@ class EngineConfig:
 
     Attributes:
         model: GGUF file or Hugging Face directory; None is the bundled SmolLM2 GGUF.
+        chat_template: a Jinja file used instead of the model's own chat template (one that
+            is missing or wrong); None keeps the model's.
         device: ``cpu`` or ``cuda`` (``cuda:N``).
         dtype: ``float32``/``bfloat16``/``float16`` for weights and activations; None picks
             float32 on CPU and bfloat16 on CUDA. On CPU, bfloat16 is faster but not a safe
@@ -91,6 +93,7 @@ class EngineConfig:
     """
 
     model: str | None = None
+    chat_template: str | None = None
     device: str = "cpu"
     dtype: str | None = None
     kv_cache_dtype: str | None = None

@@ -71,7 +71,8 @@ class LLMEngine:
         if loaded is None:
             from inference.loaders import load_model
 
-            loaded = load_model(config.model, device=config.device, dtype=config.torch_dtype)
+            loaded = load_model(config.model, device=config.device, dtype=config.torch_dtype,
+                                chat_template=config.chat_template)
         self.loaded = loaded
         self.model_config = loaded.config
         self.tokenizer = loaded.tokenizer

@@ -57,7 +57,8 @@ def default_model_path() -> Path:
 
 def load_model(source: str | Path | None = None, *, device: str | torch.device = "cpu",
                dtype: torch.dtype | None = None, cache_dir: str | Path | None = None,
-               use_cache: bool = True) -> LoadedModel:
+               use_cache: bool = True,
+               chat_template: str | Path | None = None) -> LoadedModel:
     """Load a Llama-family model ready for inference.
 
     Args:
@@ -68,6 +69,8 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
             CPU model keeps as `model.quant_blocks` for the quantized matmul) are cached
             (default `var/models/`).
         use_cache: False to skip reading and writing the cache.
+        chat_template: a Jinja file that replaces the model's own chat template (for a model
+            whose template is missing or wrong); None keeps the model's (ChatML without one).
     """
     start = time.perf_counter()
     path = Path(source) if source is not None else default_model_path()
@@ -93,12 +96,26 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
     tokenizer = Tokenizer.from_json(meta["tokenizer"]) if meta.get("tokenizer") else None
     template = None
     if tokenizer is not None:
-        template = ChatTemplate(meta.get("chat_template"), bos_token=tokenizer.bos_token,
+        source = meta.get("chat_template") if chat_template is None else \
+            read_template_file(chat_template)
+        template = ChatTemplate(source, bos_token=tokenizer.bos_token,
                                 eos_token=tokenizer.eos_token)
     stops = frozenset(config.eos_token_ids) | (tokenizer.eos_token_ids if tokenizer else set())
     return LoadedModel(model=model, config=config, tokenizer=tokenizer, chat_template=template,
                        source_name=meta["source_name"], from_cache=hit is not None,
                        load_seconds=time.perf_counter() - start, stop_token_ids=stops)
+
+
+def read_template_file(path: str | Path) -> str:
+    """A chat template override's text; a missing or empty file is refused by name."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WeightError(f"chat template file {path}: {exc.strerror or exc}") from exc
+    if not text.strip():
+        raise WeightError(f"chat template file {path} is empty")
+    return text
 
 
 def _read_source(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from laser_platform.settings._env import env
+from pathlib import PurePath
 
-# The id `/v1/models` lists and requests must send as `model`.
-LASER_SERVED_MODEL_ID: str = env("LASER_SERVED_MODEL_ID", "smollm2-135m-instruct")
+from laser_platform.settings._env import env
+from laser_platform.settings.inference import BUNDLED_MODEL_NAMES, LASER_MODEL
+
+
+def served_name(model: str) -> str:
+    """The id a model is served under: the bundled model's name, else the checkpoint's file
+    name without ``.gguf`` (or its folder's name)."""
+    if model.lower() in BUNDLED_MODEL_NAMES:
+        return "smollm2-135m-instruct"
+    path = PurePath(model.rstrip("/\\"))
+    return path.stem if path.suffix.lower() == ".gguf" else path.name
+
+
+# The id `/v1/models` lists and requests must send as `model` (default: from LASER_MODEL).
+LASER_SERVED_MODEL_ID: str = env("LASER_SERVED_MODEL_ID", served_name(LASER_MODEL))
 # max_tokens when a request leaves it open (shrunk to what the context has left).
 LASER_DEFAULT_MAX_TOKENS: int = env("LASER_DEFAULT_MAX_TOKENS", 512, int)
 # Largest JSON body the REST endpoints read; bigger ones get 413 without being parsed.

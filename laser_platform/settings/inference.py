@@ -57,6 +57,8 @@ _CORES = len(os.sched_getaffinity(0))
 
 # A name the engine knows (the bundled default) or a path to a GGUF / safetensors checkpoint.
 LASER_MODEL: str = env("LASER_MODEL", "smollm2-135m-instruct")
+# A Jinja chat template file used instead of the model's own (one missing or wrong).
+LASER_CHAT_TEMPLATE: str | None = env("LASER_CHAT_TEMPLATE", None)
 # "embedded": the engine runs on a thread of the serving process (the one-command default).
 # "remote": web processes reach engine worker processes over the Redis channel layer.
 LASER_ENGINE_MODE: str = env("LASER_ENGINE_MODE", "embedded", choices=("embedded", "remote"))
@@ -121,6 +123,7 @@ LASER_POOL_SPIN_US: int = env("LASER_POOL_SPIN_US", 25, whole)
 # Every EngineConfig field, from the variables above ("auto" device resolved at build time).
 LASER_ENGINE_CONFIG: dict[str, Any] = {
     "model": None if LASER_MODEL.lower() in BUNDLED_MODEL_NAMES else LASER_MODEL,
+    "chat_template": LASER_CHAT_TEMPLATE,
     "device": LASER_DEVICE,
     "dtype": LASER_DTYPE,
     "kv_cache_dtype": LASER_KV_CACHE_DTYPE,

@@ -43,6 +43,7 @@ def _env(tmp_path, pg: PostgresServer, redis: RedisServer, model) -> dict[str, s
     return {**env, **_common(), "DATABASE_URL": pg.url, "REDIS_URL": redis.url,
             "LASER_EMBEDDED": "0", "LASER_BATCH_EMBEDDED_WORKER": "0",
             "LASER_VAR_DIR": str(tmp_path / "var"), "LASER_MODEL": str(model),
+            "LASER_SERVED_MODEL_ID": "smollm2-135m-instruct",
             "LASER_MODEL_CACHE": str(tmp_path / "models"), "LASER_MAX_MODEL_LEN": "4096",
             "LASER_KV_MEMORY_MB": "16", "PYTHONPATH": str(ROOT),
             # small chunks, two lines at a time: the batch lasts long enough to be hit twice

@@ -27,7 +27,8 @@ def _env(tmp_path: Path, model: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LASER_") and k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(LASER_VAR_DIR=str(tmp_path), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-               LASER_MODEL=str(model), LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16",
+               LASER_MODEL=str(model), LASER_SERVED_MODEL_ID="smollm2-135m-instruct",
+               LASER_DEVICE="cpu", LASER_KV_MEMORY_MB="16",
                LASER_THREADS="1", LASER_MAX_MODEL_LEN="1024", LASER_DRAIN_TIMEOUT="60",
                LASER_DRAIN_ACCEPT_S="3",
                LASER_BATCH_EMBEDDED_WORKER="0", LASER_MODEL_CACHE=str(tmp_path / "models"))

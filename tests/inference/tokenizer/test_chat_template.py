@@ -49,3 +49,55 @@ def test_bad_template_and_bad_messages():
         ChatTemplate("{% for %}")
     with pytest.raises(ChatTemplateError, match="role"):
         ChatTemplate(CHATML).render([{"content": "x"}])
+
+
+# llama.cpp's copies of families' own templates (models/templates, in the peer's tree), each
+# with a marker only that family's prompt has.
+FAMILIES = {
+    "meta-llama-Llama-3.1-8B-Instruct": "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "Qwen-Qwen2.5-7B-Instruct": "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    "Qwen-Qwen3-0.6B": "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    "microsoft-Phi-3.5-mini-instruct": "<|user|>\nHi<|end|>\n<|assistant|>\n",
+    "google-gemma-2-2b-it": "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+    "mistralai-Mistral-Nemo-Instruct-2407": "[INST]Hi[/INST]",
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_families_templates_render_as_transformers_does(family):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from tests.oracles import llama_cpp
+
+    path = llama_cpp.tree() / "models" / "templates" / f"{family}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (run shared/peers/llama-server.sh)")
+    source = path.read_text(encoding="utf-8")
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Hi"}]
+    ours = ChatTemplate(source, bos_token="<s>", eos_token="</s>").render(msgs)
+    theirs = render_jinja_template([msgs], chat_template=source, add_generation_prompt=True,
+                                   bos_token="<s>", eos_token="</s>")[0][0]
+    assert ours == theirs and FAMILIES[family] in ours
+
+
+def test_template_override_file_replaces_the_models(tmp_path):
+    from inference.loaders import WeightError, load_model
+    from tests.inference.loaders.gguf_writer import write_tiny_gguf
+    from tests.inference.model.tiny_llama import make_hf_llama
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, make_hf_llama("tied_mha"))
+    own = load_model(path, use_cache=False).chat_template
+    assert own is not None and own.render(MSGS[1:]).startswith("<|im_start|>user")
+    override = tmp_path / "plain.jinja"
+    override.write_text("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                        "{% endfor %}{{ bos_token }}")
+    loaded = load_model(path, use_cache=False, chat_template=override)
+    assert loaded.chat_template is not None
+    assert loaded.chat_template.render(MSGS) == "[system] Be brief.\n[user] Hi\n<|im_start|>"
+    for bad in (tmp_path / "missing.jinja", tmp_path / "empty.jinja"):
+        if bad.name == "empty.jinja":
+            bad.write_text("  \n")
+        with pytest.raises(WeightError, match=bad.name):
+            load_model(path, use_cache=False, chat_template=bad)
