@@ -27,11 +27,13 @@ the C kernels (``laser_*`` calls, timed around each ctypes call: the scheduler, 
 preparation, Python between the layers, sampling and detokenising are what is left) and the
 share outside ``ModelRunner.execute`` (the engine's own work around the forward).
 
-It also measures the machine's ceilings (a large sum for read bandwidth, a large matmul for
-FLOP/s, in each dtype) and reports each throughput as a fraction of them: the weight bytes a
-decode step must read over the bandwidth (bound for 1 stream), and the step's FLOPs over the
-matmul rate (bound for 16). Start-up: a second ``LLMEngine`` start (weights cached) against
-``transformers`` loading the GGUF. Prints a table; writes ``bench/out/engine_throughput.json``.
+It also measures the machine's ceilings (``bench/roofline.py``: read bandwidth, matmul FLOP/s
+in each dtype, the int8 dot-product peak) and reports each throughput as a fraction of them
+(``of int8``, ``of bf16``: the decode rows' useful multiply-adds over each peak), and as a
+fraction of its bound: the weight bytes a decode step must read over the bandwidth (1 stream),
+the step's FLOPs over the matmul rate (16). Start-up: a second ``LLMEngine`` start (weights
+cached) against ``transformers`` loading the GGUF. Prints a table; writes
+``bench/out/engine_throughput.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import roofline  # noqa: E402
 
 import kernels  # noqa: E402
 from inference.engine import EngineConfig, LLMEngine  # noqa: E402
@@ -78,32 +82,6 @@ MODES = {"float32": ("float32", None), "mixed": ("float32", "bfloat16"),
 
 def messages(i: int) -> list[dict]:
     return [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]
-
-
-# ---- machine ceilings ----------------------------------------------------------------------
-def _best_of(fn, repeats: int = 7) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def bandwidth_gbs() -> float:
-    """Bytes read per second summing a 256 MiB tensor (best of 7): a decode step only reads
-    its weights. (A copy's read + write figure, used before, was below what one core's reads
-    reach: a 1-stream decode step beat the bound it gave.)"""
-    src = torch.empty(64 * 2**20, dtype=torch.float32).uniform_()
-    return src.numel() * 4 / _best_of(src.sum) / 1e9
-
-
-def matmul_gflops(dtype: torch.dtype) -> float:
-    """FLOP/s of a 2048^3 matmul in ``dtype`` (best of 7)."""
-    a = torch.randn(2048, 2048).to(dtype)
-    b = torch.randn(2048, 2048).to(dtype)
-    return 2 * 2048**3 / _best_of(lambda: a @ b) / 1e9
 
 
 # ---- Laser ---------------------------------------------------------------------------------
@@ -337,12 +315,13 @@ def main() -> None:
     streams = [int(s) for s in args.streams.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    bw = 0.0 if args.skip_ceilings else bandwidth_gbs()
+    limits = {} if args.skip_ceilings else roofline.measure()
+    bw = limits.get("read_gbs", 0.0)
     rows: list[dict] = []
     result: dict = {"tokens": args.tokens, "threads": thread_counts,
-                    "bandwidth_gbs": bw, "rows": rows}
-    gflops = {name: 0.0 if args.skip_ceilings else matmul_gflops(dt)
-              for name, dt in DTYPES.items()}
+                    "bandwidth_gbs": bw, "limits": limits, "rows": rows}
+    gflops = {"float32": limits.get("f32_gflops", 0.0),
+              "bfloat16": limits.get("bf16_gflops", 0.0)}
     result.update({f"matmul_gflops_{name}": v for name, v in gflops.items()})
     pairs = ([(m, int(t)) for m, t in (e.split(":") for e in args.engines.split(","))]
              if args.engines else [(m, t) for m in args.dtypes.split(",") for t in thread_counts])
@@ -361,7 +340,10 @@ def main() -> None:
                 bound = bound or float("nan")
                 rows.append({"system": f"laser {name} t{threads}", "streams": n, "round": rnd,
                              **r, "start_s": start_s, "bound_tok_s": bound,
-                             "fraction_of_bound": r["decode_tok_s"] / bound})
+                             "fraction_of_bound": r["decode_tok_s"] / bound,
+                             **roofline.fractions(limits, int8_ops=2 * lim["params"] * n,
+                                                  flops=2 * lim["params"] * n,
+                                                  seconds=n / r["decode_tok_s"])})
                 print(f"round {rnd} {name} t{threads} {n:>3} streams: {r['tok_s']:.1f} tok/s, "
                       f"decode {r['decode_tok_s']:.1f}, outside C {r['outside_kernels']:.0%}, "
                       f"outside execute {r['outside_execute']:.0%}; "
@@ -377,18 +359,21 @@ def main() -> None:
     for r in rows:
         base = by.get(("transformers float32", r["streams"]))
         r["x_transformers"] = r["tok_s"] / base["tok_s"] if base else None
-    print(f"bandwidth {bw:.1f} GB/s (read); "
-          + ", ".join(f"{k} {v:.0f}" for k, v in result.items() if k.startswith("matmul")))
+    print("limits: " + ", ".join(f"{k} {v:.1f}" for k, v in limits.items())
+          + f"; load average now {os.getloadavg()[0]:.2f}")
     print(f"{'system':<22}{'streams':>8}{'tok/s':>9}{'decode':>9}{'x hf':>7}"
-          f"{'of bound':>10}{'start s':>9}{'not C':>7}{'not fwd':>8}")
+          f"{'of bound':>10}{'of int8':>9}{'of bf16':>9}{'start s':>9}{'not C':>7}"
+          f"{'not fwd':>8}")
     for r in rows:
         ratio = f"{r['x_transformers']:.2f}" if r["x_transformers"] else "-"
         frac = f"{r['fraction_of_bound']:.0%}" if "fraction_of_bound" in r else "-"
         dec = f"{r['decode_tok_s']:.1f}" if "decode_tok_s" in r else "-"
         shares = (f"{r['outside_kernels']:>7.0%}{r['outside_execute']:>8.0%}"
                   if "outside_kernels" in r else "")
+        peaks = "".join(f"{r[k]:>9.0%}" if r.get(k, float("nan")) == r.get(k) else f"{'-':>9}"
+                        for k in ("of_int8", "of_bf16"))
         print(f"{r['system']:<22}{r['streams']:>8}{r['tok_s']:>9.1f}{dec:>9}{ratio:>7}"
-              f"{frac:>10}{r['start_s']:>9.2f}{shares}")
+              f"{frac:>10}{peaks}{r['start_s']:>9.2f}{shares}")
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
     (out / "engine_throughput.json").write_text(json.dumps(result, indent=2))

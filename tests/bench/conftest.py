@@ -34,3 +34,8 @@ def peers() -> Iterator[ModuleType]:
 @pytest.fixture(scope="module")
 def noisy() -> Iterator[ModuleType]:
     yield from bench_module("noisy_neighbour")
+
+
+@pytest.fixture(scope="module")
+def roofline() -> Iterator[ModuleType]:
+    yield from bench_module("roofline")
