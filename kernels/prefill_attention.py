@@ -22,17 +22,21 @@ from kernels.dispatch import use_triton
 def _chunk_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """One sequence: q ``[n, H, D]`` (its last n positions), k/v ``[KVH, L, D]``."""
+    """One sequence: q ``[n, H, D]`` (its last n positions), k/v ``[KVH, L, D]``.
+
+    SDPA gets 4-D tensors (a batch of one): on a CPU only those reach its fused (flash)
+    kernel; 3-D ones took its unfused path, 6-8x slower for a prompt of 512-2,000 tokens
+    (``bench/model_forward.py --prefill``)."""
     n, total = q.shape[0], k.shape[1]
-    qt = q.transpose(0, 1)  # [H, n, D]
+    qt, k, v = q.transpose(0, 1)[None], k[None], v[None]  # [1, H, n, D], [1, KVH, L, D]
     if n == total:
-        return F.scaled_dot_product_attention(
-            qt, k, v, is_causal=True, scale=scale, enable_gqa=True
-        ).transpose(0, 1)
+        out = F.scaled_dot_product_attention(qt, k, v, is_causal=True, scale=scale,
+                                             enable_gqa=True)
+        return out[0].transpose(0, 1)
     rows = torch.arange(total - n, total, device=q.device)[:, None]
     mask = torch.arange(total, device=q.device)[None, :] <= rows  # [n, L]
     out = F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)
+    return out[0].transpose(0, 1)
 
 
 def paged_prefill_attention_reference(
