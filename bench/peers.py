@@ -4,17 +4,18 @@ official openai-SDK client (issue 22).
     .venv/bin/python bench/peers.py [--loads 1,16,32,64] [--tiers 16:warm,16:flex] [--no-mixed]
         [--tokens 128] [--requests 3] [--wide-requests 2] [--rounds 1]
         [--laser-env LASER_MAX_NUM_SEQS=64,LASER_KV_MEMORY_MB=1024] [--peer PATH]
-        [--peer-threads N] [--peer-extra FLAGS] [--busy N]
+        [--peer-threads N] [--peer-extra FLAGS] [--busy N] [--model PATH.gguf]
 
 The peer: ``llama-server`` built once by ``shared/peers/llama-server.sh`` (found in a folder
-above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the bundled
-GGUF> -t <threads> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
+above the repository, or ``--peer``), restarted for each load as ``llama-server -m <the GGUF>
+-t <threads> -np <streams> -c <streams x (64 + tokens)> --host 127.0.0.1 --port <free>
 --api-key peer``, everything else at its defaults (continuous batching, ``--poll 50``); the
 command line is printed and written. ``--peer-threads`` defaults to every core (issue 22's
 ``-t $(nproc)``), as Laser's quantized matmul runs its pool over every core too; llama.cpp with
 every core collapses when anything else runs on the machine, so ``--peer-threads 1`` is the
 setting for a loaded machine (say so beside its figures); ``--peer-extra`` appends flags.
-Laser: what ``make run`` serves, under its defaults
+The GGUF: the bundled SmolLM2, or ``--model`` (any GGUF Laser loads; both servers load the
+same file, Laser through ``LASER_MODEL``). Laser: what ``make run`` serves, under its defaults
 (``e2e_streams.laser_server``: a throwaway SQLite var dir, the embedded engine, ``migrate`` +
 ``bootstrap_demo``, the demo key). ``--laser-env K=V,...`` runs a second Laser with those
 settings beside it, its rows labelled with them.
@@ -98,9 +99,10 @@ def free_port() -> int:
 
 
 def peer_command(binary: str, streams: int, tokens: int, port: int, threads: int,
-                 extra: str = "") -> list[str]:
-    """The peer's command line; ``extra`` flags go last (a repeated flag's last value wins)."""
-    return [binary, "-m", str(bundled_gguf()), "-t", str(threads),
+                 extra: str = "", model: Path | None = None) -> list[str]:
+    """The peer's command line on ``model`` (default: the bundled GGUF); ``extra`` flags go
+    last (a repeated flag's last value wins)."""
+    return [binary, "-m", str(model or bundled_gguf()), "-t", str(threads),
             "-np", str(streams), "-c", str(streams * (PROMPT_BUDGET + tokens)),
             "--host", "127.0.0.1", "--port", str(port), "--api-key", "peer", *extra.split()]
 
@@ -357,6 +359,8 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0,
                     help="CPU-bound processes running beside both servers the whole run")
     ap.add_argument("--from-json", default=None, help="print the tables of an earlier run's JSON")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a GGUF both servers load (default: the bundled SmolLM2)")
     args = ap.parse_args()
     if args.from_json:
         print(table(json.loads(Path(args.from_json).read_text())["results"]["rows"]))
@@ -364,16 +368,21 @@ def main() -> None:
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C, so that both servers are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = peer_binary(args.peer)
-    info = {**machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    model = (args.model or bundled_gguf()).resolve()
+    # Laser serves it under the id the client sends (the bundled model's)
+    served = {"LASER_MODEL": str(model), "LASER_SERVED_MODEL_ID": MODEL} if args.model else {}
+    info = {**machine(), "model": str(model),
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_average_start": os.getloadavg()[0], "busy_neighbours": args.busy}
     loads = [int(n) for n in args.loads.split(",") if n] + ([] if args.no_mixed else [0])
     rows: list[dict] = []
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        lasers = [(LASER, *stack.enter_context(laser_server()))]
+        lasers = [(LASER, *stack.enter_context(laser_server(served)))]
         if args.laser_env:
             env = dict(kv.split("=", 1) for kv in args.laser_env.split(","))
-            lasers.append((f"{LASER}[{args.laser_env}]", *stack.enter_context(laser_server(env))))
+            lasers.append((f"{LASER}[{args.laser_env}]",
+                           *stack.enter_context(laser_server({**served, **env}))))
         for _, url, key in lasers:
             warm_up(url, key)
         stack.enter_context(busy_neighbours(args.busy))
@@ -381,7 +390,7 @@ def main() -> None:
             for streams in loads:
                 slots = streams or CHAT_STREAMS + BULK_STREAMS
                 cmd = peer_command(binary, slots, max(args.tokens, args.chat_tokens),
-                                   free_port(), args.peer_threads, args.peer_extra)
+                                   free_port(), args.peer_threads, args.peer_extra, model)
                 runs = [(PEER, "", "")] + lasers
                 for name, url, key in runs if rnd % 2 else runs[::-1]:
                     base = {"round": rnd, "server": name, "load": str(streams or "mixed"),
@@ -400,8 +409,9 @@ def main() -> None:
           f"{time.strftime('%H:%M UTC', time.gmtime())}, load average "
           f"{info['load_average_start']:.1f} -> {info['load_average_end']:.1f}"
           + (f", {args.busy} CPU-bound processes beside the servers" if args.busy else ""))
+    print(f"model: {model.name}" + ("" if args.model else " (bundled)"))
     print("peer: " + next(r["command"] for r in rows if r["server"] == PEER).replace(
-        str(bundled_gguf()), "<bundled GGUF>"))
+        str(model), "<the GGUF>"))
     print(table(rows))
     write_report(OUT, args, {"machine": info, "rows": rows})
 
