@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/perplexity.py [--ctx 256] [--modes float32,mixed,quant,q8,quant:ttst]
         [--decode] [--kl] [--llama-perplexity PATH/llama-perplexity] [--threads N]
+        [--model PATH.gguf]
 
-The precision gate of the quantized matmul (docs/engine.md): the bundled SmolLM2-135M GGUF over
+The precision gate of the quantized matmul (docs/engine.md): the bundled SmolLM2-135M GGUF (or
+``--model``: any GGUF Laser loads, the peer on the same file) over
 ``bench/data/declaration_of_independence.txt`` (the US Declaration of Independence as the
 National Archives transcribes the engrossed copy, then the Gettysburg Address; both in the
 public domain), windowed as llama.cpp's ``llama-perplexity`` does: the whole text tokenized
@@ -50,8 +52,11 @@ TEXT = Path(__file__).resolve().parent / "data" / "declaration_of_independence.t
 BLOCK = 16
 
 
+MODEL: Path | None = None  # --model; None: the bundled GGUF
+
+
 def load(mode: str, threads: int):
-    loaded = load_model()
+    loaded = load_model(MODEL)
     pack(loaded.model, mode, native_gemm=threads == 1)
     return loaded
 
@@ -121,7 +126,7 @@ def kl_divergence(ref: torch.Tensor, logp: torch.Tensor) -> float:
 
 def llama_perplexity(binary: str, ctx: int, threads: int) -> float:
     env = {**os.environ, "LD_LIBRARY_PATH": str(Path(binary).parent)}
-    out = subprocess.run([binary, "-m", str(default_model_path()), "-f", str(TEXT), "-c",
+    out = subprocess.run([binary, "-m", str(MODEL or default_model_path()), "-f", str(TEXT), "-c",
                           str(ctx), "-b", str(ctx), "-t", str(threads)], capture_output=True,
                          text=True, env=env, timeout=1800, check=True)
     found = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
@@ -139,11 +144,15 @@ def main() -> None:
                     help="with --decode: each mode's decode logits' KL divergence from float32's")
     ap.add_argument("--llama-perplexity", default=None, help="path of llama.cpp's binary")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--model", type=Path, default=None, help="a GGUF (default: the bundled one)")
     args = ap.parse_args()
+    global MODEL
+    MODEL = args.model
     torch.set_num_threads(args.threads)
     _cpu.set_threads(args.threads)
     text = TEXT.read_text(encoding="utf-8")
-    result: dict = {"text": TEXT.name, "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    result: dict = {"model": str(MODEL or default_model_path()), "text": TEXT.name,
+                    "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
                     "ctx": args.ctx, "threads": args.threads, "modes": {}}
     peer = llama_perplexity(args.llama_perplexity, args.ctx, args.threads) \
         if args.llama_perplexity else None
@@ -168,7 +177,8 @@ def main() -> None:
                 row["decode_kl"] = kl_divergence(ref, logp)
         result["modes"][mode] = row
         del loaded
-    print(f"{TEXT.name} (sha256 {result['text_sha256'][:16]}), ctx {args.ctx}, "
+    print(f"{Path(result['model']).name}, "
+          f"{TEXT.name} (sha256 {result['text_sha256'][:16]}), ctx {args.ctx}, "
           f"{next(iter(result['modes'].values()))['chunks']} chunks")
     if peer is not None:
         print(f"{'llama.cpp':<10}{peer:>10.4f}")
