@@ -33,7 +33,7 @@ from inference.sequence import SequenceStatus, sequences_from_request
 from .config import EngineConfig
 from .contention import CpuContention
 from .grammar import GrammarMasks, grammar_masks
-from .memory import IdleTrim
+from .memory import IdleTrim, check_fits, checkpoint_bytes
 from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
 from .runner import BatchInputs, LayerwiseForward, ModelRunner
 from .sampler import Sampler, SamplerOutput, SamplingRow
@@ -71,6 +71,7 @@ class LLMEngine:
         if loaded is None:
             from inference.loaders import load_model
 
+            check_fits(f"model {config.model}", {"its weights": checkpoint_bytes(config.model)})
             loaded = load_model(config.model, device=config.device, dtype=config.torch_dtype,
                                 chat_template=config.chat_template)
         self.loaded = loaded
@@ -81,6 +82,9 @@ class LLMEngine:
         kv_dtype = config.torch_kv_dtype
         per_block = model.kv_bytes_per_block(config.block_size, kv_dtype)
         num_blocks = config.num_blocks(per_block)
+        if device.type == "cpu":  # the weights are resident by now: the pool must fit beside
+            check_fits("the KV cache", {f"{num_blocks} blocks of {per_block} bytes":
+                                        num_blocks * per_block})
         kv = BlockManager(num_blocks, config.block_size, prefix_caching=config.prefix_caching)
         sched_config = config.scheduler_config(loaded.config.max_position)
         # A sequence longer than the whole pool could never be scheduled: cap the length.

@@ -1,4 +1,5 @@
-"""Give the allocator's free memory back to the system while the engine is idle.
+"""Give the allocator's free memory back to the system while the engine is idle; and, at
+start, refuse a model or KV pool that does not fit (``check_fits``).
 
 The engine sets glibc to keep freed memory for reuse (``kernels.tune_cpu_allocator``: a 1 GiB
 trim threshold, so a step's multi-MB temporaries are not page-faulted afresh), and every
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from collections.abc import Callable
+from pathlib import Path
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -44,3 +46,49 @@ class IdleTrim:
         self._trim(0)
         self.trims += 1
         return True
+
+
+# ---- start-up check: refuse a model that does not fit, saying what it needs ---------------
+
+_GIB = 1024 ** 3
+
+
+class InsufficientMemory(MemoryError):
+    """The model or its KV pool does not fit the memory this machine has available."""
+
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` (None off Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_fits(what: str, needs: dict[str, int], available: int | None = None) -> None:
+    """Raise ``InsufficientMemory`` naming each need (bytes) and what is available when their
+    sum exceeds it; a no-op when the available memory is unknown."""
+    available = available_bytes() if available is None else available
+    total = sum(needs.values())
+    if available is None or total <= available:
+        return
+    parts = ", ".join(f"{name} {size / _GIB:.2f} GiB" for name, size in needs.items())
+    raise InsufficientMemory(f"{what} needs {total / _GIB:.2f} GiB of memory ({parts}) but "
+                             f"{available / _GIB:.2f} GiB is available")
+
+
+def checkpoint_bytes(source: str | None) -> int:
+    """Bytes of a checkpoint's files (a GGUF, or an HF folder's safetensors): the least the
+    weights take resident (0 for the bundled model or an unreadable source)."""
+    if source is None:
+        return 0
+    path = Path(source)
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.glob("*.safetensors"))
+    return 0

@@ -37,3 +37,22 @@ def test_the_engine_trims_only_with_no_request_left():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_glibc_trim_is_found():
     assert _malloc_trim() is not None
+
+
+def test_a_model_or_pool_that_does_not_fit_is_refused_with_its_needs(tmp_path, monkeypatch):
+    from inference.engine import memory
+    from inference.engine.memory import InsufficientMemory, check_fits, checkpoint_bytes
+
+    check_fits("x", {"a": 10, "b": 5}, available=15)
+    with pytest.raises(InsufficientMemory, match=r"model m needs 3\.00 GiB .*weights 2\.00 GiB, "
+                                                 r"KV 1\.00 GiB\) but 2\.50 GiB is available"):
+        check_fits("model m", {"weights": 2 << 30, "KV": 1 << 30}, available=5 << 29)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"\0" * 1000)
+    assert checkpoint_bytes(str(gguf)) == 1000 and checkpoint_bytes(None) == 0
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)
+    check_fits("unknown", {"a": 10**15})  # off Linux: nothing to check against
+    # the engine checks its KV pool against what is left once the weights are in
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1024)
+    with pytest.raises(InsufficientMemory, match="the KV cache needs"):
+        make_engine()
