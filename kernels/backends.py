@@ -121,13 +121,21 @@ class Packing:
     ``head_packed`` is the head in its own dtype (or None: ``F.linear``); ``head_screen`` a
     cheaper copy that screens the vocabulary (bfloat16 or quantized), whose ``SCREEN_TOP``
     best logits per row are rescored exactly; ``quantized`` screens in steps with prompt
-    tokens too (``kernels.packing``)."""
+    tokens too (``kernels.packing``). ``native``: whether the C kernels serve this load's CPU
+    tensors (the head's rescoring, the final norm), set once by whoever holds the load (the
+    runner, from its ``KernelTable``); None asks ``use_native`` at each call (a model driven
+    without a runner, as the kernels' tests do while they switch backends)."""
 
     def __init__(self, layers: list[LayerBackend], head_packed=None, head_screen=None,
                  quantized: bool = False) -> None:
         self.layers = layers
         self.head_packed, self.head_screen, self.quantized = head_packed, head_screen, quantized
+        self.native: bool | None = None
         self._stacks: dict[tuple[bool, int], _cpu.StackWeights] = {}
+
+    def on_c_kernels(self, hidden: torch.Tensor) -> bool:
+        """Whether the C kernels serve ``hidden`` (``native``, else ``use_native``)."""
+        return use_native(hidden) if self.native is None else self.native
 
     def decoder_stack(self, positions: torch.Tensor, hidden: torch.Tensor,
                       residual: torch.Tensor | None, cos_sin: torch.Tensor,
@@ -187,7 +195,7 @@ class Packing:
             return _forbid(linear(hidden, weight, self.head_packed), allowed)
         logits = _forbid(linear(hidden, weight, self.head_screen), allowed)  # [N, vocab]
         k = min(SCREEN_TOP, logits.shape[-1])
-        if use_native(hidden) and _cpu.rescore_top(logits, hidden.contiguous(), weight, k):
+        if self.on_c_kernels(hidden) and _cpu.rescore_top(logits, hidden.contiguous(), weight, k):
             return _forbid(logits, allowed)  # the same pass in C: no gather, no topk
         top = logits.topk(k, dim=-1).indices  # [N, K]
         rescored = torch.einsum("nd,nkd->nk", hidden, weight[top])
@@ -207,11 +215,13 @@ def unpacked(num_layers: int) -> Packing:
 
 
 def final_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float,
-               residual: torch.Tensor | None) -> torch.Tensor:
+               residual: torch.Tensor | None, native: bool | None = None) -> torch.Tensor:
     """The last residual add and RMSNorm, after the last layer: on the C kernels where the
-    residual stream is float32 on a CPU where they build."""
+    residual stream is float32 and they serve ``hidden`` (``native``, the load's
+    ``Packing.native``; None: ``use_native``)."""
     if residual is not None and residual.dtype == torch.float32 and \
-            weight.dtype == torch.float32 and use_native(hidden):
+            weight.dtype == torch.float32 and \
+            (use_native(hidden) if native is None else native):
         return _cpu.add_rms_norm(hidden.contiguous(), weight, eps, residual, torch.float32)
     if residual is None:
         return rms_norm(hidden, weight, eps)

@@ -12,8 +12,9 @@ from kernels.choice import Backend, BandChooser, MatmulMode, Side
 @dataclass(slots=True)
 class KernelTable:
     """One load's kernel choices: the matmul ``mode`` it asked for (resolved against the CPU),
-    the ``backend``, whether its layers run on the C kernels (``native``: a float32 model on a
-    CPU where they build, with a float32 or float16 KV cache), the packings a step may switch
+    the ``backend``, whether the C kernels serve its CPU tensors (``c_kernels``: the head's
+    rescoring, the final norm), whether its layers run on them (``native``: a float32 model on
+    a CPU where they build, with a float32 or float16 KV cache), the packings a step may switch
     between (none where the model keeps the one it packed; under ``AUTO`` one per
     ``Side``) and, under ``AUTO``, the ``bands`` that pick a side per step kind and row
     count."""
@@ -23,6 +24,7 @@ class KernelTable:
     native: bool = False
     packings: dict[Side, Packing] = field(default_factory=dict)
     bands: BandChooser | None = None
+    c_kernels: bool = False
 
     @property
     def two_sided(self) -> bool:

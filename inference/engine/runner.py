@@ -103,18 +103,22 @@ class ModelRunner:
         self.pool_threads = 0
         self.pool_spin_us = pool_spin_us  # set on the pool every step; None leaves it be
         mode = MatmulMode.of(matmul_mode)
-        self.kernels = KernelTable(mode, kernels.backend(), native=self._native(model))
+        c_kernels = kernels.use_native(model.norm)
+        self.kernels = KernelTable(mode, kernels.backend(), native=self._native(model, c_kernels),
+                                   c_kernels=c_kernels)
         if self.device.type == "cpu":
             # glibc would mmap and page-fault every step's multi-MB temporaries afresh
             kernels.tune_cpu_allocator()
             self._pack(model, mode, threads, quant_max_rows)
+        for packing in (model.pack_state(), *self.kernels.packings.values()):
+            packing.native = c_kernels  # decided once: no step asks again
         self._packs_in_use = Side.BF16  # AUTO packs the bfloat16 side last
 
-    def _native(self, model: LlamaModel) -> bool:
+    def _native(self, model: LlamaModel, c_kernels: bool) -> bool:
         """Whether this load's layers run on the C kernels (``kernels.backends.on_c_kernels``
         asks the same of each step run without a runner)."""
         return (model.norm.dtype == torch.float32 and self.kv_caches[0][0].dtype in
-                _cpu.KV_DTYPES and kernels.use_native(model.norm))
+                _cpu.KV_DTYPES and c_kernels)
 
     def _pack(self, model: LlamaModel, mode: MatmulMode, threads: tuple[int, int] | None,
               quant_max_rows: int | None) -> None:

@@ -154,7 +154,8 @@ class LlamaModel(nn.Module):
 
     def norm_out(self, hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """Final residual add + RMSNorm after the last layer."""
-        return kernels.final_norm(hidden, self.norm, self.config.rms_norm_eps, residual)
+        return kernels.final_norm(hidden, self.norm, self.config.rms_norm_eps, residual,
+                                  self.packing.native)
 
     def compute_logits(self, hidden: torch.Tensor, exact: bool = False,
                        allowed: torch.Tensor | None = None) -> torch.Tensor:
