@@ -6,7 +6,8 @@ kernel and launcher live in ``kernels/_triton/<op>.py``, imported only on first 
 importing ``kernels`` never imports Triton. No Django here.
 
 What runs is chosen once per load and recorded in one :class:`KernelTable`
-(:mod:`kernels.choice`; the ``LASER_KERNELS`` backend is read once, :mod:`kernels.dispatch`).
+(:mod:`kernels.choice`, :mod:`kernels.table`: under ``auto`` a side per step kind and row band,
+calibrated at load; the ``LASER_KERNELS`` backend is read once, :mod:`kernels.dispatch`).
 A model reaches the kernels through one backend per layer, chosen once when its weights are
 packed (:func:`pack_model`, :mod:`kernels.backends`): it asks that backend, each step, for the
 op set to run the layer on (:mod:`kernels.layer_ops`: these ops, or the C kernels of
@@ -20,10 +21,12 @@ from kernels.argmax import argmax
 from kernels.backends import LayerBackend, LayerShape, Packing, final_norm, unpacked
 from kernels.choice import (
     Backend,
-    BandChooser,
+    Band,
     Crossover,
     MatmulMode,
     Side,
+    SideRule,
+    StepKind,
     resolve_matmul_mode,
 )
 from kernels.cpu_allocator import tune_cpu_allocator, zeros_in_huge_pages
@@ -45,16 +48,20 @@ from kernels.packing import LayerParams, pack_model
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import build_cos_sin_cache, rotary_embedding
-from kernels.table import KernelTable
+from kernels.table import KernelTable, SideTable, calibrate_sides
 
 __all__ = [
     "argmax",
     "Backend",
-    "BandChooser",
+    "Band",
     "Crossover",
     "KernelTable",
     "MatmulMode",
     "Side",
+    "SideRule",
+    "SideTable",
+    "StepKind",
+    "calibrate_sides",
     "resolve_matmul_mode",
     "DOWN",
     "GATE_UP",

@@ -8,8 +8,9 @@ Which kernels run a step follows from four things, each fixed before the first s
   CPU once (:func:`resolve_matmul_mode`);
 - each layer's backend (``kernels.backends.LayerBackend``), chosen when its weights are packed;
 - under :attr:`MatmulMode.AUTO`, the side (:class:`Side`: the quantized blocks or the bfloat16
-  packs) for each step kind and row-count band, which depends on the CPU, so it is calibrated
-  on this machine's own step times (``inference.engine.sides``) or pinned by a crossover.
+  packs) for each step kind (:class:`StepKind`) and row-count band (:class:`Band`), which
+  depends on the CPU: calibrated once at load on this machine (``kernels.table.calibrate_sides``,
+  timed by ``inference.engine.sides``) or pinned by a :class:`Crossover`.
 
 ``kernels.table.KernelTable`` records them for one load: the engine asks it, and nothing else, which
 packs run a step.
@@ -94,23 +95,63 @@ def resolve_matmul_mode(requested: MatmulMode, model_dtype: torch.dtype, cpu: bo
     return requested
 
 
-class BandChooser(Protocol):
-    """The side per step kind and row-count band under ``AUTO``."""
+class StepKind(enum.IntEnum):
+    """What a step runs, as far as the packs go: decode rows only, or prompt tokens too (these
+    take each side's two-part packs, so the sides' order can differ from decode steps')."""
 
-    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> Side: ...
+    DECODE = 0
+    PROMPT = 1
 
-    def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None: ...
+    @property
+    def min_rows(self) -> int:
+        """The fewest tokens a step of this kind has (a prompt step has a row of two or more)."""
+        return 1 if self is StepKind.DECODE else 2
+
+
+class Band(enum.IntEnum):
+    """Row-count bands of a step, each valued at its widest step: the widths at which the
+    kernels change how they work. One row is bound by weight bytes; a quantized or bfloat16
+    tile holds up to 8 rows; from 16 rows the quantized matmul splits its rows over the pool;
+    the C layer takes prompt chunks of up to 64 rows and torch's wide threads start at 128."""
+
+    ONE = 1
+    TILE = 8
+    POOL = 32
+    CHUNK = 128
+    WIDE = 1 << 30
+
+    @classmethod
+    def of(cls, rows: int) -> Band:
+        """The band of a step of ``rows`` tokens."""
+        return next(band for band in cls if rows <= band)
+
+    @property
+    def low(self) -> int:
+        """The narrowest step in the band."""
+        below = [b for b in Band if b < self]
+        return below[-1] + 1 if below else 1
+
+    @property
+    def probe(self) -> int:
+        """The rows a calibration times for the band: about its geometric middle."""
+        return _PROBES[self]
+
+
+_PROBES = {Band.ONE: 1, Band.TILE: 4, Band.POOL: 16, Band.CHUNK: 64, Band.WIDE: 256}
+
+
+class SideRule(Protocol):
+    """The side a step of ``rows`` tokens of ``kind`` runs on under ``AUTO``."""
+
+    def side(self, rows: int, kind: StepKind) -> Side: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Crossover:
-    """A pinned band split: steps of at most ``max_rows`` tokens on the quantized blocks,
-    wider ones on the bfloat16 packs, whatever their kind; nothing is learned."""
+    """A pinned split: steps of at most ``max_rows`` tokens on the quantized blocks, wider ones
+    on the bfloat16 packs, whatever their kind (``EngineConfig.quant_max_rows``)."""
 
     max_rows: int
 
-    def choose(self, n: int, prompt: bool = False, explore: bool = True) -> Side:
-        return Side.BF16 if n > self.max_rows else Side.QUANT
-
-    def observe(self, n: int, side: Side, seconds: float, prompt: bool = False) -> None:
-        pass
+    def side(self, rows: int, kind: StepKind) -> Side:
+        return Side.BF16 if rows > self.max_rows else Side.QUANT

@@ -45,15 +45,16 @@ class EngineConfig:
             changes answers: docs/engine.md);
             ``auto`` keeps both the quantized blocks and the bfloat16 packs where the CPU has
             both paths (the quantized one: the C kernels with AVX2 or better; bfloat16:
-            native matmuls, AMX or AVX512-BF16) and runs each step on the side that this
-            machine's own step times show faster at its width (docs/engine.md, "Which kernels");
-            with one of the two paths it is that one, with neither
+            native matmuls, AMX or AVX512-BF16) and runs each step on the side that a
+            calibration at load found faster on this machine for its kind and row band
+            (docs/engine.md, "Which kernels"); with one of the two paths it is that one, with
+            neither
             float32 (``bfloat16`` falls back to float32 there too:
             ``kernels.pack_linear_weight`` packs nothing oneDNN cannot run). The engine's
             default is exact; the platform serves with ``auto`` (docs/engine.md).
-        quant_max_rows: ``auto`` only: a fixed crossover instead of the learned one: the
+        quant_max_rows: ``auto`` only: a fixed crossover instead of the calibrated one: the
             most tokens a step may have to run on the quantized blocks; larger steps run on
-            the bfloat16 packs. None (default): learned per width from the step times.
+            the bfloat16 packs. None (default): calibrated per kind and band at load.
         kv_cache_dtype: dtype of the paged KV cache; None is ``dtype`` on CUDA, on CPU float32
             under the exact ``matmul_dtype`` (None, ``float32``) and float16 under the others
             (the attention computes in float32 either way; at 64 streams a decode step reads

@@ -29,6 +29,7 @@ from inference.kv.block_manager import BlockManager
 from inference.request import Delta, EngineRequest, Tier
 from inference.scheduler import SchedulingPolicy, StepPlan, layer_pausing, make_scheduler
 from inference.sequence import SequenceStatus, sequences_from_request
+from kernels.choice import StepKind
 
 from .config import EngineConfig
 from .contention import CpuContention
@@ -98,7 +99,9 @@ class LLMEngine:
                                   config.matmul_mode,
                                   threads=(narrow, config.wide_threads or narrow),
                                   quant_max_rows=config.quant_max_rows,
-                                  pool_spin_us=config.pool_spin_us)
+                                  pool_spin_us=config.pool_spin_us,
+                                  widest={StepKind.DECODE: config.max_num_seqs,
+                                          StepKind.PROMPT: config.max_num_batched_tokens})
         self.sampler = Sampler()
         self.eos_token_ids = frozenset() if config.ignore_eos else frozenset(
             loaded.config.eos_token_ids) | loaded.stop_token_ids
@@ -324,12 +327,10 @@ class LLMEngine:
             if contention is not None:
                 self.scheduler.observe_contention(contention)
             if run_s is not None:
-                # the policy's cost model learns this machine's step time from every real
-                # step, the runner which packs are faster at its width
+                # the policy's cost model learns this machine's step time from every real step
                 token_s = None if t_plan is None else time.perf_counter() - t_plan
                 self.scheduler.observe_step(plan.num_batched_tokens, run_s,
                                             plan.num_prompt_tokens, token_s)
-                self.runner.observe(batch, run_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
             new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
             return new + self._tier_only(plan, {(d.request_id, d.index) for d in new})

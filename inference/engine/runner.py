@@ -17,15 +17,14 @@ import numpy as np
 import torch
 
 import kernels
-from inference.engine.sides import SideChooser
+from inference.engine.sides import calibrate
 from inference.kv.block_manager import BlockCopy
 from inference.model import AttentionMetadata, LlamaModel
-from inference.request import Tier
 from inference.scheduler.plan import StepPlan
 from inference.sequence import Sequence
 from kernels import _cpu
 from kernels.backends import Packing
-from kernels.choice import BandChooser, Crossover, MatmulMode, Side
+from kernels.choice import Crossover, MatmulMode, Side, SideRule, StepKind
 from kernels.table import KernelTable
 
 # Steps of at least this many tokens run on ``threads[1]`` (wide) torch threads: a second
@@ -33,7 +32,7 @@ from kernels.table import KernelTable
 # gained nothing from it; decode steps keep the narrow count, whose spare core serves the
 # event loop (docs/engine.md, "On CPU").
 WIDE_STEP_TOKENS = 128
-# the mode that keeps both the quantized blocks and the bfloat16 packs, choosing per step kind
+# the mode that keeps both the quantized blocks and the bfloat16 packs, a side per step kind
 # and band (``EngineConfig.matmul_dtype="auto"``, ``quant_max_rows``)
 AUTO = MatmulMode.AUTO
 
@@ -54,8 +53,7 @@ class BatchInputs:
     sample_rows: torch.Tensor      # [N] int64
     sample_seq_ids: list[str]
     block_copies: tuple[BlockCopy, ...] = ()
-    side: Side | None = None  # under ``AUTO``: the packs it runs on, chosen at its first layer
-    explore: bool = True  # under ``AUTO``: may try the slower side (no hot stream in it)
+    side: Side | None = None  # under ``AUTO``: the packs it runs on, set at its first layer
     allowed: Callable[[], torch.Tensor | None] | None = None
 
     @property
@@ -74,11 +72,13 @@ class ModelRunner:
         matmul_mode: CPU only: what to pack the layers' projections for (``MatmulMode``:
             bfloat16 mixed precision, see ``kernels.linear``, or the GGUF's quantized blocks,
             ``kernels._cpu.quant``); ``AUTO`` keeps both the quantized blocks and the
-            bfloat16 packs and runs each step on the side that is faster for its kind and
-            width on this machine (``SideChooser``), or, with ``quant_max_rows`` set, a step
-            of at most that many tokens on the quantized blocks and a wider one on bfloat16
-            (``kernels.choice.Crossover``); ``OWN`` keeps the weights' dtype. The choices
-            land in one ``kernels.KernelTable`` (``self.kernels``).
+            bfloat16 packs and runs each step on the side ``sides`` gives its kind and
+            width: with ``quant_max_rows`` set, a step of at most that many tokens on the
+            quantized blocks and a wider one on bfloat16 (``kernels.choice.Crossover``);
+            else the table passed in (tests), else one calibrated here, at load, on this
+            machine (``inference.engine.sides``) for steps of up to ``widest`` tokens
+            (default: what the KV pool holds). ``OWN`` keeps the weights' dtype. The
+            choices land in one ``kernels.KernelTable`` (``self.kernels``).
         threads: ``(narrow, wide)`` torch threads for steps below and from
             ``WIDE_STEP_TOKENS`` tokens; None leaves torch's setting alone.
     """
@@ -87,7 +87,9 @@ class ModelRunner:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  matmul_mode: MatmulMode | torch.dtype | None = MatmulMode.OWN,
                  threads: tuple[int, int] | None = None,
-                 quant_max_rows: int | None = None, pool_spin_us: int | None = None) -> None:
+                 quant_max_rows: int | None = None, pool_spin_us: int | None = None,
+                 sides: SideRule | None = None,
+                 widest: Mapping[StepKind, int] | None = None) -> None:
         self.model = model
         self.threads = threads
         self.device = torch.device(device)
@@ -109,10 +111,12 @@ class ModelRunner:
         if self.device.type == "cpu":
             # glibc would mmap and page-fault every step's multi-MB temporaries afresh
             kernels.tune_cpu_allocator()
-            self._pack(model, mode, threads, quant_max_rows)
+            self._pack(model, mode, threads)
         for packing in (model.pack_state(), *self.kernels.packings.values()):
             packing.native = c_kernels  # decided once: no step asks again
         self._packs_in_use = Side.BF16  # AUTO packs the bfloat16 side last
+        if self.kernels.packings:
+            self.kernels.sides = self._side_rule(quant_max_rows, sides, widest)
 
     def _native(self, model: LlamaModel, c_kernels: bool) -> bool:
         """Whether this load's layers run on the C kernels (``kernels.backends.on_c_kernels``
@@ -120,8 +124,8 @@ class ModelRunner:
         return (model.norm.dtype == torch.float32 and self.kv_caches[0][0].dtype in
                 _cpu.KV_DTYPES and c_kernels)
 
-    def _pack(self, model: LlamaModel, mode: MatmulMode, threads: tuple[int, int] | None,
-              quant_max_rows: int | None) -> None:
+    def _pack(self, model: LlamaModel, mode: MatmulMode,
+              threads: tuple[int, int] | None) -> None:
         """Pack the model's weights for ``mode`` and record the packings in ``self.kernels``
         (oneDNN-packed or Laser's own; bfloat16 decode matmuls on one thread go to Laser's
         own kernel, ``kernels.pack_linear_weight``)."""
@@ -135,10 +139,18 @@ class ModelRunner:
         if both:
             quantized = model.pack_state()
             model.pack_linears(MatmulMode.BF16, native_gemm=narrow == 1)
-            bands: BandChooser = (SideChooser() if quant_max_rows is None
-                                  else Crossover(quant_max_rows))
             self.kernels.packings.update({Side.QUANT: quantized, Side.BF16: model.pack_state()})
-            self.kernels.bands = bands
+
+    def _side_rule(self, quant_max_rows: int | None, sides: SideRule | None,
+                   widest: Mapping[StepKind, int] | None) -> SideRule:
+        """Under ``AUTO``: the pinned crossover, else the table passed in, else one calibrated
+        now (the probes leave the model on the packs they ran last)."""
+        if quant_max_rows is not None:
+            return Crossover(quant_max_rows)
+        if sides is not None:
+            return sides
+        pool = self.num_blocks * self.block_size
+        return calibrate(self, dict(widest) if widest else dict.fromkeys(StepKind, pool))
 
     @property
     def _pack_sets(self) -> tuple[Packing, Packing] | None:
@@ -152,17 +164,23 @@ class ModelRunner:
         return self._packs_in_use
 
     def _select_packs(self, batch: BatchInputs) -> None:
-        """Under ``AUTO``: switch the model to the packs the table gives this step's rows."""
-        table = self.kernels
-        if not table.two_sided:
-            return
+        """Under ``AUTO``: switch the model to the packs the table gives this step's rows (or
+        the side the batch names)."""
         if batch.side is None:
-            batch.side = table.side(batch.num_tokens, not batch.meta.is_decode_only,
-                                    batch.explore)
-        want = batch.side
-        if want is not None and want != self._packs_in_use:
-            self.model.set_pack_state(table.packings[want])
-            self._packs_in_use = want
+            kind = StepKind.DECODE if batch.meta.is_decode_only else StepKind.PROMPT
+            batch.side = self.kernels.side(batch.num_tokens, kind)
+        self._switch(batch.side)
+
+    def _switch(self, side: Side | None) -> None:
+        if side is not None and side != self._packs_in_use:
+            self.model.set_pack_state(self.kernels.packings[side])
+            self._packs_in_use = side
+
+    def use_side(self, side: Side | None, rows: int) -> None:
+        """Run the next forward on ``side``'s packs (None: the one packing) with the threads
+        of a step of ``rows`` tokens (the calibration's probes)."""
+        self._switch(side)
+        self._set_threads_for(rows)
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, plan: StepPlan, seqs: Mapping[str, Sequence]) -> BatchInputs:
@@ -186,10 +204,8 @@ class ModelRunner:
         ids: list[int] = []
         width = int(-(-seq_lens.max() // bs))
         tables = np.zeros((num_seqs, width), np.int64)
-        hot = False
         for i, it in enumerate(items):
             seq = seqs[it.seq_id]
-            hot = hot or seq.tier is Tier.HOT
             if it.num_tokens == 1:
                 ids.append(seq.token_at(it.start))
             else:
@@ -220,7 +236,6 @@ class ModelRunner:
             sample_rows=self._to_device(np.asarray(rows, dtype=np.int64)),
             sample_seq_ids=[items[i].seq_id for i in sample_idx],
             block_copies=plan.block_copies,
-            explore=not hot,
         )
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
@@ -242,19 +257,15 @@ class ModelRunner:
             k_cache.index_copy_(0, dst, k_cache.index_select(0, src))
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
-    def observe(self, batch: BatchInputs, seconds: float) -> None:
-        """A whole step over ``batch`` took ``seconds`` (its forward, not paused): under
-        ``AUTO`` the table's bands learn from it (a pinned crossover learns nothing)."""
-        if batch.side is not None:
-            self.kernels.observe(batch.num_tokens, batch.side, seconds,
-                                 not batch.meta.is_decode_only)
-
     def _set_threads(self, batch: BatchInputs) -> None:
         self._select_packs(batch)
+        self._set_threads_for(batch.num_tokens)
+
+    def _set_threads_for(self, rows: int) -> None:
         if self.device.type == "cpu":
             _cpu.set_threads(self.pool_threads, self.pool_spin_us)
         if self.threads is not None:
-            n = self.threads[batch.num_tokens >= WIDE_STEP_TOKENS]
+            n = self.threads[rows >= WIDE_STEP_TOKENS]
             if torch.get_num_threads() != n:
                 torch.set_num_threads(n)
 

@@ -78,8 +78,8 @@ LASER_KV_CACHE_DTYPE: str | None = env("LASER_KV_CACHE_DTYPE", None, choices=DTY
 # "float32" is the exact mode (equal to transformers); docs/engine.md, "Which kernels run a
 # step".
 LASER_MATMUL_DTYPE: str = env("LASER_MATMUL_DTYPE", "auto", choices=MATMUL_DTYPES)
-# auto: a fixed crossover instead of the learned one, the widest step (in tokens) run on the
-# quantized blocks (unset: learned).
+# auto: a fixed crossover instead of the calibrated one, the widest step (in tokens) run on the
+# quantized blocks (unset: calibrated at load).
 LASER_QUANT_MAX_ROWS: int | None = env("LASER_QUANT_MAX_ROWS", None, count)
 # KV memory: 64 streams of ~600 tokens fit twice over (SmolLM2's float16 KV is 30 layers x 2 x 3
 # heads x 64 x 2 B = 22.5 KiB a token: 2 GiB hold ~93,000 tokens, ~46,600 in float32), allocated

@@ -271,31 +271,41 @@ def test_a_paused_step_resumes_on_its_own_packs_after_a_step_on_the_others() -> 
 
 
 @pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
-def test_auto_without_a_threshold_runs_the_side_its_step_times_show_faster() -> None:
-    """Unpinned, auto tries each side on a width's first steps and then runs the one that
-    the steps it was told of (``observe``) show faster, with that side's logits."""
+def test_auto_with_a_table_runs_the_side_it_gives_each_kind_and_band() -> None:
+    """A table passed in (what the calibration records at load) decides every step: decode
+    steps of one row on the blocks, wider ones and prompts on bfloat16, with that side's
+    logits."""
+    from inference.engine.runner import AUTO
+    from tests.kernels.test_choice import make_table
+
+    auto = _runner(AUTO, sides=make_table(kernels.Band.ONE, prompt=Side.BF16))
+    alone = {Side.QUANT: _runner(kernels.QUANT), Side.BF16: _runner(torch.bfloat16)}
+    for rows, side in ((1, Side.QUANT), (3, Side.BF16), (1, Side.QUANT), (-5, Side.BF16)):
+        got = auto.execute(_step(rows))
+        assert auto.packs_in_use == side
+        assert torch.equal(got, alone[side].execute(_step(rows))), (rows, side)
+
+
+@pytest.mark.skipif(not kernels.bf16_matmul_supported(), reason="no native bfloat16 matmuls")
+def test_auto_calibrates_a_side_for_every_kind_and_band_at_load() -> None:
+    """Unpinned and without a table, the runner times both sides at load and records a side
+    per kind and band (which one wins is this machine's business, not the test's)."""
     from inference.engine.runner import AUTO
 
     auto = _runner(AUTO)
-    alone = {Side.QUANT: _runner(kernels.QUANT), Side.BF16: _runner(torch.bfloat16)}
-    seconds = {Side.QUANT: 0.2, Side.BF16: 0.1}  # told: bfloat16 is twice as fast at 3 rows
-    sides = []
-    for _ in range(4):
-        batch = _step(3)
-        got = auto.execute(batch)
-        side = auto.packs_in_use
-        assert torch.equal(got, alone[side].execute(_step(3))), side
-        auto.observe(batch, seconds[side])
-        sides.append(side)
-    assert sides == [Side.QUANT, Side.BF16, Side.BF16, Side.BF16]
-    auto.execute(_step(1))  # another width: tried afresh (3 rows' verdict is clear: taken)
-    assert auto.packs_in_use == Side.BF16
+    sides = auto.kernels.sides
+    assert isinstance(sides, kernels.SideTable)
+    assert {(kind, band) for kind, band, _ in sides.rows} == {
+        (kind, band) for kind in kernels.StepKind for band in kernels.Band}
+    want = sides.side(3, kernels.StepKind.DECODE)
+    auto.execute(_step(3))
+    assert auto.packs_in_use == want
 
 
 def test_the_threshold_is_a_config_field() -> None:
     from inference.engine.config import EngineConfig
 
-    assert EngineConfig().quant_max_rows is None  # learned (docs/engine.md, "Which kernels")
+    assert EngineConfig().quant_max_rows is None  # calibrated at load (docs/engine.md)
     with pytest.raises(ValueError, match="quant_max_rows"):
         EngineConfig(quant_max_rows=-1)
 

@@ -171,23 +171,23 @@ def test_hot_that_needs_the_held_blocks_gets_them_once_the_forward_completes():
     assert outputs[True] == outputs[False] and len(outputs[True]["hot"]) == 6
 
 
-def test_the_runner_learns_from_every_whole_forward_and_not_from_a_paused_one():
-    """``ModelRunner.observe`` (auto's side chooser) gets each step's batch and forward time,
+def test_the_cost_model_learns_from_every_whole_forward_and_not_from_a_paused_one():
+    """The scheduler's step-time model (``observe_step``) gets each step's forward time,
     whether it ran whole or layer by layer, but not a forward split around hot steps."""
     engine = make_engine(policy="laser", layer_pause=True)
     for i in range(2):
         engine.add_request(_request(f"cold{i}", prompt_ids(12, i), Tier.COLD))
     seen = _hot_during_first_cold_layer(engine, _request("hot", prompt_ids(5, 9), Tier.HOT))
-    runner = engine.runner
+    runner, scheduler = engine.runner, engine.scheduler
     ran, told = [], []
-    execute, begin, observe = runner.execute, runner.begin, runner.observe
+    execute, begin, observe = runner.execute, runner.begin, scheduler.observe_step
     runner.execute = lambda batch: ran.append(batch) or execute(batch)
     runner.begin = lambda batch: ran.append(batch) or begin(batch)
-    runner.observe = lambda batch, s: told.append((batch, s)) or observe(batch, s)
+    scheduler.observe_step = lambda n, s, *a: told.append((n, s)) or observe(n, s, *a)
     seen["step"] = 0
     engine.step()
     paused = engine._paused.forward.batch
     run(engine, on_step=lambda i: seen.__setitem__("step", i + 1))
     assert len(ran) > 2 and paused in ran
-    assert [b for b, _ in told] == [b for b in ran if b is not paused]
+    assert [n for n, _ in told] == [b.num_tokens for b in ran if b is not paused]
     assert all(s > 0 for _, s in told)
