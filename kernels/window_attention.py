@@ -1,0 +1,88 @@
+"""Paged attention with a sliding window and attention-logit soft-capping (Gemma 2/3, and
+Mistral or Phi-3 checkpoints whose config sets a window).
+
+The rows and cache are those of :func:`kernels.paged_prefill_attention` (decodes and prompt
+chunks mixed). Query row ``r`` of sequence ``s`` sits at position ``p`` (its sequence's last
+``q_len`` positions); with ``W = window`` (None: unbounded) and ``c = softcap``::
+
+    score[t] = scale * q[r, h] . K_s[t]
+    score[t] = c * tanh(score[t] / c)                        (only with a soft-cap)
+    out[r, h] = softmax(score[t] for t in (p - W, p]) @ V_s     (t >= 0)
+
+the window keeping the ``W`` latest positions, the query's own included (Hugging Face's and
+llama.cpp's rule).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.decode_attention import block_index, gather_rows
+from kernels.dispatch import use_triton
+
+
+def row_positions(query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                  num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sequence, position)`` of every query row, each ``[T]`` int32."""
+    q_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()
+    seqs = torch.repeat_interleave(torch.arange(q_lens.shape[0], device=q_lens.device), q_lens,
+                                   output_size=num_rows)
+    offset = torch.arange(num_rows, device=q_lens.device) - query_start_loc[:-1].long()[seqs]
+    first = seq_lens.long() - q_lens  # position of each sequence's first query row
+    return seqs.to(torch.int32), (first[seqs] + offset).to(torch.int32)
+
+
+def paged_window_attention_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    window: int | None = None, softcap: float | None = None,
+) -> torch.Tensor:
+    """Plain PyTorch, one sequence at a time in float32; same contract as
+    :func:`paged_window_attention`."""
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    group = q.shape[1] // k_cache.shape[2]
+    out = torch.empty_like(q)
+    for i, total in enumerate(lens):
+        a, b = starts[i], starts[i + 1]
+        blocks, _, invalid = block_index(block_tables[i:i + 1], seq_lens[i:i + 1], total,
+                                         k_cache.shape[1])
+        k = gather_rows(k_cache, blocks, invalid, 1)[0, :, :total].float()  # [KVH, L, D]
+        v = gather_rows(v_cache, blocks, invalid, 1)[0, :, :total].float()
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)  # [H, L, D]
+        scores = q[a:b].float().transpose(0, 1) @ k.transpose(1, 2) * scale  # [H, n, L]
+        if softcap:
+            scores = torch.tanh(scores / softcap) * softcap
+        pos = torch.arange(total - (b - a), total, device=q.device)[:, None]
+        keys = torch.arange(total, device=q.device)[None, :]
+        allowed = keys <= pos
+        if window:
+            allowed &= keys > pos - window
+        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        out[a:b] = (probs @ v).transpose(0, 1).to(q.dtype)
+    return out
+
+
+def paged_window_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    window: int | None = None, softcap: float | None = None,
+) -> torch.Tensor:
+    """Causal attention of a flat varlen batch over paged caches, each row limited to the
+    ``window`` latest positions and its scores soft-capped at ``softcap`` (module doc).
+
+    Args: as :func:`kernels.paged_prefill_attention` (``q`` ``[T, H, D]``, caches ``[blocks,
+    block_size, KVH, D]``, ``block_tables`` ``[S, max_blocks]`` int32, ``query_start_loc``
+    ``[S + 1]`` int32, ``seq_lens`` ``[S]`` int32), plus ``window`` (positions, None: all)
+    and ``softcap`` (None: none). Returns ``[T, H, D]`` in ``q.dtype``.
+    """
+    if q.shape[1] % k_cache.shape[2]:
+        raise ValueError(f"{q.shape[1]} query heads do not group over {k_cache.shape[2]} kv heads")
+    if window is not None and window <= 0:
+        raise ValueError(f"sliding window {window} must be positive")
+    if use_triton(q):
+        from kernels._triton.window_attention import paged_window_attention_triton
+
+        return paged_window_attention_triton(q, k_cache, v_cache, block_tables,
+                                             query_start_loc, seq_lens, scale, window, softcap)
+    return paged_window_attention_reference(q, k_cache, v_cache, block_tables, query_start_loc,
+                                            seq_lens, scale, window, softcap)
