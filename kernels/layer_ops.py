@@ -3,6 +3,12 @@
 of ``kernels/_cpu`` (:class:`CpuOps`). A :class:`kernels.backends.LayerBackend` hands the
 model one of them for each step; the model calls the same methods in the same order either way.
 
+The ops only some families use (``inference.model.arch``): ``norm`` (Gemma's norms around
+attention and MLP), ``qk_norm`` (Qwen 3, Gemma 3), ``gate_and_mul`` with ``gelu_tanh``
+(GeGLU), and ``attention`` with a sliding window or soft-capped scores
+(``kernels.window_attention``): Triton on CUDA, the PyTorch reference elsewhere, on the C
+kernels' op set too except where a C kernel already does the same math (the norms).
+
 Projections are named by index (``QKV``, ``O_PROJ``, ``GATE_UP``, ``DOWN``): the op set holds the
 step's packed copy of each (see ``kernels.backends``), the model passes the plain weight.
 """
@@ -12,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from kernels import _cpu
-from kernels.activation import silu_and_mul
+from kernels.activation import gate_and_mul, silu_and_mul
 from kernels.decode_attention import paged_decode_attention
 from kernels.dispatch import use_triton
 from kernels.kv_cache import write_kv
@@ -20,6 +26,7 @@ from kernels.linear import linear
 from kernels.prefill_attention import paged_prefill_attention
 from kernels.rms_norm import rms_norm
 from kernels.rotary import rotary_embedding
+from kernels.window_attention import paged_window_attention
 
 QKV, O_PROJ, GATE_UP, DOWN = range(4)
 # Steps whose prompt chunks are at most this long run their attention, decodes included, as the
@@ -49,8 +56,30 @@ class TorchOps:
             return rms_norm(x, weight, eps), x
         return rms_norm(x, weight, eps, residual)
 
+    def norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """RMSNorm of ``x`` alone (no residual stream)."""
+        return self.add_norm(x, weight, eps, None)[0]
+
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return silu_and_mul(x)
+
+    def gate_and_mul(self, x: torch.Tensor, activation: str) -> torch.Tensor:
+        """The gated MLP's activation (``silu`` or ``gelu_tanh``) of ``[gate | up]``."""
+        if activation == "silu":
+            return self.silu_and_mul(x)
+        return gate_and_mul(x, activation)
+
+    def qk_norm(self, qkv: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor],
+                eps: float, heads: tuple[int, int, int]) -> None:
+        """RMSNorm over each head of q and of k in ``qkv`` ``[T, (H + 2 KVH) D]``, in place,
+        with the ``[D]`` weights ``(q_norm, k_norm)``."""
+        num_heads, num_kv_heads, head_dim = heads
+        tokens, start = qkv.shape[0], 0
+        for count, weight in zip((num_heads, num_kv_heads), weights, strict=True):
+            part = qkv[:, start:start + count * head_dim]
+            rows = part.reshape(tokens * count, head_dim)
+            part.copy_(rms_norm(rows, weight, eps).view(tokens, count * head_dim))
+            start += count * head_dim
 
     def rope_write_kv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
                       kv_cache: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor,
@@ -69,9 +98,16 @@ class TorchOps:
         return q
 
     def attention(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
-                  scale: float) -> torch.Tensor:
-        """Causal attention of q ``[T, H, D]`` over the paged cache; ``[T, H, D]``."""
+                  scale: float, window: int | None = None,
+                  softcap: float | None = None) -> torch.Tensor:
+        """Causal attention of q ``[T, H, D]`` over the paged cache; ``[T, H, D]``. A
+        ``window`` (the latest positions a row sees) or a ``softcap`` of the scores takes
+        ``kernels.window_attention``."""
         k_cache, v_cache = kv_cache
+        if window or softcap:
+            return paged_window_attention(q, k_cache, v_cache, meta.block_tables,
+                                          meta.query_start_loc, meta.seq_lens, scale, window,
+                                          softcap)
         if meta.is_decode_only:
             index = None if use_triton(q) else meta.decode_index(*k_cache.shape[1:])
             return paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens,
@@ -110,9 +146,10 @@ class CpuOps(TorchOps):
                                   kv_cache[1], slots, heads[0])
 
     def attention(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
-                  scale: float) -> torch.Tensor:
-        if meta.max_query_len > NATIVE_CHUNK_ROWS:
-            return super().attention(q, kv_cache, meta, scale)
+                  scale: float, window: int | None = None,
+                  softcap: float | None = None) -> torch.Tensor:
+        if meta.max_query_len > NATIVE_CHUNK_ROWS or window or softcap:
+            return super().attention(q, kv_cache, meta, scale, window, softcap)
         return _cpu.paged_attention(q, kv_cache[0], kv_cache[1], meta.block_tables,
                                     meta.seq_lens, scale, self.act,
                                     None if meta.is_decode_only else meta.query_start_loc)

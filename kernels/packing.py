@@ -58,12 +58,14 @@ GgufBlocks = tuple[int, torch.Tensor]  # a weight's GGML type and raw GGUF rows
 class LayerParams:
     """One decoder layer's final weights: the projections ``(qkv, o, gate_up, down)``, each
     ``[out, in]``, with their GGUF blocks where kept (GGML type, raw rows; else None), the QKV
-    bias and the two norms."""
+    bias and the two norms; ``plain``: the layer is Llama's (no q/k norms, no norms around
+    attention and MLP, SwiGLU, no window or soft-cap), the one the one-call C layer runs."""
 
     projections: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
     blocks: tuple[GgufBlocks | None, ...]
     qkv_bias: torch.Tensor | None
     norms: tuple[torch.Tensor, torch.Tensor]
+    plain: bool = True
 
 
 def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufBlocks | None,
@@ -95,7 +97,8 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufB
             prompt = tuple(p.split_view() for p in bf16)
         else:
             prompt = tuple(pack_linear_weight(w) for w in weights) if exact else None
-        backends.append(LayerBackend(packs, prompt, ours and layer.qkv_bias is None,
+        backends.append(LayerBackend(packs, prompt,
+                                     ours and layer.qkv_bias is None and layer.plain,
                                      layer.norms, shape))
     screen = (pack_linear_weight(head, matmul_dtype, native_gemm)
               if mixed and matmul_dtype != head.dtype else None)
@@ -125,7 +128,7 @@ def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks: Gguf
         # prompt rows in two parts; decode rows beside them as in a decode step (the C layer)
         prompt = tuple(p.split_view({ONE: PROMPT_TWO, SEL: PROMPT_SEL}.get(p.split, TWO))
                        for p in decode)
-        backends.append(LayerBackend(decode, prompt, layer.qkv_bias is None, layer.norms,
-                                     shape))
+        backends.append(LayerBackend(decode, prompt, layer.qkv_bias is None and layer.plain,
+                                     layer.norms, shape))
     return Packing(backends, pack_linear_weight(head), pack_quant_weight(head, head_blocks),
                    quantized=True)

@@ -44,7 +44,9 @@ def build_cos_sin_cache(
     """The ``[max_positions, head_dim]`` table ``[cos | sin]`` for :func:`rotary_embedding`.
 
     ``scaling`` is a Hugging Face ``rope_scaling`` dict: ``None``, ``rope_type`` "default",
-    "linear" (positions divided by ``factor``) or "llama3".
+    "linear" (positions divided by ``factor``), "llama3", or "freq_factors": each frequency
+    divided by its entry of ``factors`` (``head_dim / 2`` of them: llama.cpp's
+    ``rope_freqs.weight``, which its converter writes for Llama 3.1+ in place of "llama3").
     """
     if head_dim % 2:
         raise ValueError(f"rotary head_dim {head_dim} is odd")
@@ -56,6 +58,12 @@ def build_cos_sin_cache(
         inv_freq = inv_freq / float(spec["factor"])
     elif kind == "llama3":
         inv_freq = _llama3_inv_freq(inv_freq, spec)
+    elif kind == "freq_factors":
+        factors = torch.tensor(spec["factors"], dtype=torch.float32)
+        if factors.shape != inv_freq.shape:
+            raise ValueError(f"{factors.numel()} rope frequency factors for {head_dim // 2} "
+                             "frequencies")
+        inv_freq = inv_freq / factors
     elif kind != "default":
         raise NotImplementedError(f"rope scaling type {kind!r}")
     freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)

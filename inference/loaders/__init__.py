@@ -59,7 +59,7 @@ def load_model(source: str | Path | None = None, *, device: str | torch.device =
                dtype: torch.dtype | None = None, cache_dir: str | Path | None = None,
                use_cache: bool = True,
                chat_template: str | Path | None = None) -> LoadedModel:
-    """Load a Llama-family model ready for inference.
+    """Load a model of a supported family (``inference.model.arch``) ready for inference.
 
     Args:
         source: None (bundled SmolLM2 GGUF), a `.gguf` path, or an HF model directory.

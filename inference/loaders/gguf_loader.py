@@ -20,6 +20,7 @@ from gguf.quants import dequantize
 
 from inference.model.config import ModelConfig
 
+from .gguf_arch import ROPE_FREQS, config_from_metadata, gguf_arch, gguf_hf_name, layer_names
 from .weights import WeightError
 
 SUPPORTED_TYPES = frozenset({
@@ -30,30 +31,9 @@ SUPPORTED_TYPES = frozenset({
     GGMLQuantizationType.Q6_K,
 })
 
-# GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
-_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-_GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
-                 "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 # Block formats the quantized matmul runs as stored (kernels/_cpu/laser_quant.c)
 RAW_TYPES = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0,
                        GGMLQuantizationType.Q4_1})
-# Llama 3.1+ rope factors (they divide the rotary frequencies): not applied here, so a file
-# with factors other than 1 is refused (``check_rope_freqs``) rather than loaded wrong.
-ROPE_FREQS = "rope_freqs.weight"
-_IGNORED = (ROPE_FREQS,)
 
 
 @dataclass(slots=True)
@@ -64,18 +44,6 @@ class GGUFContents:
     # HF name -> (GGML type id, uint8 [rows, row bytes]) for the RAW_TYPES tensors: the same
     # weights as `tensors` before dequantisation, rows in the same (HF) order
     blocks: dict[str, tuple[int, torch.Tensor]] = dataclasses.field(default_factory=dict)
-
-
-def gguf_hf_name(name: str) -> str | None:
-    """Map a GGUF tensor name to its HF name (None for tensors the model ignores)."""
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
-    if name in _IGNORED:
-        return None
-    parts = name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
-    raise WeightError(f"unknown GGUF tensor {name!r}")
 
 
 def unpermute_rotary(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -99,47 +67,6 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
     return out
 
 
-def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelConfig:
-    """Build `ModelConfig` from llama.cpp metadata keys (`{arch}.block_count`, ...)."""
-    arch = meta.get("general.architecture", "llama")
-    if arch not in ("llama", "mistral"):
-        raise WeightError(f"GGUF architecture {arch!r} is not a Llama-family model")
-
-    def key(name: str, default: Any = None) -> Any:
-        value = meta.get(f"{arch}.{name}", default)
-        if value is None:
-            raise WeightError(f"GGUF metadata lacks {arch}.{name}")
-        return value
-
-    heads = int(key("attention.head_count"))
-    hidden = int(key("embedding_length"))
-    vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", ()))
-    scaling = None
-    if meta.get(f"{arch}.rope.scaling.type") not in (None, "none"):
-        scaling = {"rope_type": meta[f"{arch}.rope.scaling.type"],
-                   "factor": float(meta.get(f"{arch}.rope.scaling.factor", 1.0))}
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    return ModelConfig(
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        intermediate_size=int(key("feed_forward_length")),
-        num_layers=int(key("block_count")),
-        num_heads=heads,
-        num_kv_heads=int(key("attention.head_count_kv", heads)),
-        head_dim=int(key("attention.key_length", hidden // heads)),
-        # GGUF stores eps as float32 (9.99999975e-06); round back to the decimal it came from.
-        rms_norm_eps=float(f'{float(key("attention.layer_norm_rms_epsilon", 1e-5)):.6g}'),
-        rope_theta=float(key("rope.freq_base", 10000.0)),
-        rope_scaling=scaling,
-        max_position=int(key("context_length", 2048)),
-        tie_word_embeddings="output.weight" not in tensor_names,
-        attention_bias="blk.0.attn_q.bias" in tensor_names,
-        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-        eos_token_ids=() if eos is None else (int(eos),),
-        architecture=arch,
-    )
-
-
 def dequantize_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Tensor:
     """One GGUF tensor -> float32 torch tensor in row-major `[rows, cols]` order."""
     if qtype not in SUPPORTED_TYPES:
@@ -154,11 +81,16 @@ def dequantize_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> torch.Te
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
 
 
-def check_rope_freqs(factors: torch.Tensor) -> None:
-    """Refuse rope factors the rotary embedding would not apply (all ones change nothing)."""
-    if not bool((factors == 1).all()):
-        raise WeightError(f"GGUF tensor {ROPE_FREQS} (Llama 3.1+ rope factors) is not "
-                          "supported yet: the model would load with the wrong rotary embedding")
+def rope_freq_factors(factors: torch.Tensor, config: ModelConfig) -> ModelConfig:
+    """``config`` with llama.cpp's rope frequency divisors (Llama 3.1+'s ``rope_freqs``)
+    applied, or as it is where they are all one."""
+    if bool((factors == 1).all()):
+        return config
+    if config.rope_scaling is not None:
+        raise WeightError(f"GGUF has both {ROPE_FREQS} and rope scaling "
+                          f"{config.rope_scaling['rope_type']!r}")
+    scaling = {"rope_type": "freq_factors", "factors": factors.flatten().tolist()}
+    return dataclasses.replace(config, rope_scaling=scaling)
 
 
 def read_gguf(path: str | Path) -> GGUFContents:
@@ -166,21 +98,26 @@ def read_gguf(path: str | Path) -> GGUFContents:
     the block-quantized ones beside (``GGUFContents.blocks``)."""
     reader = GGUFReader(str(path))
     meta = read_metadata(reader)
-    config = config_from_metadata(meta, {t.name for t in reader.tensors})
+    names = {t.name for t in reader.tensors}
+    config, spec = config_from_metadata(meta, names), gguf_arch(meta)
+    layers = layer_names(spec, names)
     tensors: dict[str, torch.Tensor] = {}
     blocks: dict[str, tuple[int, torch.Tensor]] = {}
     for t in reader.tensors:
         if t.name == ROPE_FREQS:
-            check_rope_freqs(dequantize_tensor(t.data, t.tensor_type))
-        name = gguf_hf_name(t.name)
+            config = rope_freq_factors(dequantize_tensor(t.data, t.tensor_type), config)
+        name = gguf_hf_name(t.name, layers)
         if name is None:
             continue
         weight = dequantize_tensor(t.data, t.tensor_type)
+        if spec.norm_offset and name.endswith("norm.weight"):
+            weight = weight - spec.norm_offset  # the converter stored Gemma's 1 + w
         raw = None
         if t.tensor_type in RAW_TYPES and weight.dim() == 2:
             raw = torch.from_numpy(np.array(t.data, dtype=np.uint8).reshape(weight.shape[0], -1))
-        heads = (config.num_heads if name.endswith(("q_proj.weight", "q_proj.bias")) else
-                 config.num_kv_heads if name.endswith(("k_proj.weight", "k_proj.bias")) else 0)
+        heads = 0 if not spec.gguf_qk_permuted else (
+            config.num_heads if name.endswith(("q_proj.weight", "q_proj.bias")) else
+            config.num_kv_heads if name.endswith(("k_proj.weight", "k_proj.bias")) else 0)
         if heads:  # rows are whole (blocks run along a row): the raw rows permute alike
             weight = unpermute_rotary(weight, heads)
             raw = None if raw is None else unpermute_rotary(raw, heads).contiguous()

@@ -18,12 +18,16 @@ def _read_json(path: Path) -> dict:
 
 
 def read_hf_config(directory: str | Path) -> ModelConfig:
-    """`config.json` (+ `generation_config.json` eos ids) -> `ModelConfig`."""
+    """`config.json` (+ `generation_config.json` eos ids) -> `ModelConfig`; `WeightError`
+    names an architecture or setting no supported family has."""
     directory = Path(directory)
     cfg = _read_json(directory / "config.json")
     if not cfg:
         raise WeightError(f"{directory} has no config.json")
-    return ModelConfig.from_hf_config(cfg, _read_json(directory / "generation_config.json"))
+    try:
+        return ModelConfig.from_hf_config(cfg, _read_json(directory / "generation_config.json"))
+    except ValueError as exc:
+        raise WeightError(f"{directory}: {exc}") from exc
 
 
 def safetensors_files(directory: str | Path) -> list[Path]:

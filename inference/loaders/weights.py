@@ -1,4 +1,5 @@
-"""Map Hugging Face Llama weight names onto the fused layout `LlamaModel` uses."""
+"""Map Hugging Face weight names (every supported family) onto the fused layout `LlamaModel`
+uses."""
 
 from __future__ import annotations
 
@@ -13,12 +14,47 @@ class WeightError(ValueError):
     """A checkpoint is missing a tensor or has one of the wrong shape."""
 
 
+def _layer_norm_names(config: ModelConfig) -> dict[str, str]:
+    """A layer's norms: `LlamaModel` name -> HF name (after `model.layers.N.`)."""
+    names = {"input_norm": "input_layernorm"}
+    if config.spec.sandwich_norms:
+        names.update(post_attn_norm="pre_feedforward_layernorm",
+                     attn_out_norm="post_attention_layernorm",
+                     mlp_out_norm="post_feedforward_layernorm")
+    else:
+        names["post_attn_norm"] = "post_attention_layernorm"
+    if config.spec.qk_norm:
+        names.update({"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"})
+    return names
+
+
+def _fused(hf: Mapping[str, object], fused: str, parts: list[str]) -> list[str]:
+    """HF names of one fused projection: the checkpoint's own fused tensor (Phi-3's `qkv_proj`,
+    `gate_up_proj`) where it has one, else its parts in order."""
+    return [fused] if fused in hf else parts
+
+
+def _projection_names(hf: Mapping[str, object], i: int) -> dict[str, list[str]]:
+    """A layer's projections: `LlamaModel` name -> the HF names concatenated into it."""
+    p, att = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+    return {
+        "attn.qkv_weight": _fused(hf, att + "qkv_proj.weight",
+                                  [att + f"{n}_proj.weight" for n in "qkv"]),
+        "attn.o_weight": [att + "o_proj.weight"],
+        "gate_up_weight": _fused(hf, p + "mlp.gate_up_proj.weight",
+                                 [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+        "down_weight": [p + "mlp.down_proj.weight"],
+    }
+
+
 def fuse_hf_state_dict(hf: Mapping[str, torch.Tensor], config: ModelConfig,
                        dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """HF names (`model.layers.0.self_attn.q_proj.weight`, ...) -> `LlamaModel` state dict.
 
-    Q/K/V are concatenated into one weight and gate/up into another, so the forward does one
-    matmul for each. Tensors are cast to `dtype`; `lm_head` is dropped when embeddings are tied.
+    Q/K/V are concatenated into one weight and gate/up into another (Phi-3 stores them so), so
+    the forward does one matmul for each. Norm weights get the family's offset
+    (`ArchSpec.norm_offset`: Gemma's `1 + w`) once, here. Tensors are cast to `dtype`;
+    `lm_head` is dropped when embeddings are tied.
     """
 
     def get(name: str) -> torch.Tensor:
@@ -26,23 +62,22 @@ def fuse_hf_state_dict(hf: Mapping[str, torch.Tensor], config: ModelConfig,
             raise WeightError(f"checkpoint has no tensor {name!r}")
         return hf[name].to(dtype)
 
-    out = {"embed_tokens": get("model.embed_tokens.weight"), "norm": get("model.norm.weight")}
+    def norm(name: str) -> torch.Tensor:
+        return get(name) + offset if offset else get(name)
+
+    offset = config.spec.norm_offset
+    out = {"embed_tokens": get("model.embed_tokens.weight"), "norm": norm("model.norm.weight")}
     if not config.tie_word_embeddings:
         out["lm_head"] = get("lm_head.weight")
     for i in range(config.num_layers):
         p, o = f"model.layers.{i}.", f"layers.{i}."
-        att = p + "self_attn."
-        out[o + "input_norm"] = get(p + "input_layernorm.weight")
-        out[o + "post_attn_norm"] = get(p + "post_attention_layernorm.weight")
-        out[o + "attn.qkv_weight"] = torch.cat(
-            [get(att + f"{n}_proj.weight") for n in "qkv"], dim=0)
+        for ours, theirs in _layer_norm_names(config).items():
+            out[o + ours] = norm(p + theirs + ".weight")
+        for ours, names in _projection_names(hf, i).items():
+            out[o + ours] = torch.cat([get(n) for n in names], dim=0)
         if config.attention_bias:
             out[o + "attn.qkv_bias"] = torch.cat(
-                [get(att + f"{n}_proj.bias") for n in "qkv"], dim=0)
-        out[o + "attn.o_weight"] = get(att + "o_proj.weight")
-        out[o + "gate_up_weight"] = torch.cat(
-            [get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], dim=0)
-        out[o + "down_weight"] = get(p + "mlp.down_proj.weight")
+                [get(p + f"self_attn.{n}_proj.bias") for n in "qkv"], dim=0)
     return out
 
 
@@ -63,11 +98,8 @@ def fuse_hf_blocks(blocks: Mapping[str, tuple[int, torch.Tensor]],
     if not config.tie_word_embeddings:
         put("lm_head", ["lm_head.weight"])
     for i in range(config.num_layers):
-        p, o = f"model.layers.{i}.", f"layers.{i}."
-        put(o + "attn.qkv_weight", [p + f"self_attn.{n}_proj.weight" for n in "qkv"])
-        put(o + "attn.o_weight", [p + "self_attn.o_proj.weight"])
-        put(o + "gate_up_weight", [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
-        put(o + "down_weight", [p + "mlp.down_proj.weight"])
+        for ours, names in _projection_names(blocks, i).items():
+            put(f"layers.{i}.{ours}", names)
     return out
 
 

@@ -1,6 +1,8 @@
 """The model contract the runtime relies on.
 
-- `ModelConfig`: frozen shape/numerics config (`from_hf_config`).
+- `ModelConfig`: frozen shape/numerics config (`from_hf_config`); `arch.ArchSpec`: what each
+  supported family (`arch.ARCHITECTURES`: Llama, Mistral, Qwen 2/3, Gemma 2/3, Phi-3) changes
+  in the one decoder, as data.
 - `AttentionMetadata`: slot mapping, block tables, query starts, sequence lengths of one step.
 - `LlamaModel`: `forward(input_ids, positions, kv_caches, meta) -> hidden`, plus `embed`,
   `layers[i](positions, hidden, residual, kv_cache, meta)`, `norm_out`, `compute_logits`,
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .arch import ARCHITECTURES, ArchSpec, UnsupportedArchitecture
 from .config import ModelConfig
 from .llama import DecoderLayer, LlamaModel
 from .metadata import AttentionMetadata
@@ -35,5 +38,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["AttentionMetadata", "DecoderLayer", "LlamaModel", "LoadedModel", "ModelConfig",
-           "load_model"]
+__all__ = ["ARCHITECTURES", "ArchSpec", "AttentionMetadata", "DecoderLayer", "LlamaModel",
+           "LoadedModel", "ModelConfig", "UnsupportedArchitecture", "load_model"]

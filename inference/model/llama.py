@@ -1,4 +1,6 @@
-"""Llama-family decoder (SmolLM2, Llama 2/3, Mistral) over a flat batch of tokens."""
+"""The decoder of every supported family (``inference.model.arch``: Llama 2/3, Mistral,
+Qwen 2/3, Gemma 2/3, Phi-3) over a flat batch of tokens; what differs per family is data in
+``config.spec`` read once here, not a forward of its own."""
 
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ def _rotary(cache: torch.Tensor | None) -> torch.Tensor:
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm block: RMSNorm -> attention -> add&RMSNorm -> SwiGLU MLP.
+    """Pre-norm block: RMSNorm -> attention -> add&RMSNorm -> gated MLP (SwiGLU, or GeGLU
+    where ``spec.activation`` says). With ``spec.sandwich_norms`` (Gemma) the attention
+    output and the MLP output are RMSNormed (``attn_out_norm``, ``mlp_out_norm``) before
+    their residual adds, and ``post_attn_norm`` is the MLP's pre-norm.
 
     The residual add is fused into the next norm (`ops.add_norm(x, w, eps, residual)`), so a
     layer returns `(hidden, residual)` and the caller adds the last residual in `norm_out`.
@@ -39,12 +44,19 @@ class DecoderLayer(nn.Module):
     as one C call where it can.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
+        spec = config.spec
         self.eps = config.rms_norm_eps
+        self.activation = spec.activation
         self.input_norm = _param(config.hidden_size)
-        self.attn = Attention(config)
+        self.attn = Attention(config, layer)
         self.post_attn_norm = _param(config.hidden_size)
+        self.attn_out_norm: nn.Parameter | None = None
+        self.mlp_out_norm: nn.Parameter | None = None
+        if spec.sandwich_norms:
+            self.attn_out_norm = _param(config.hidden_size)
+            self.mlp_out_norm = _param(config.hidden_size)
         self.gate_up_weight = _param(2 * config.intermediate_size, config.hidden_size)
         self.down_weight = _param(config.hidden_size, config.intermediate_size)
         self.cos_sin_cache: torch.Tensor | None = None  # shared with the model, set by it
@@ -53,9 +65,11 @@ class DecoderLayer(nn.Module):
     def params(self, blocks: tuple = (None,) * 4) -> LayerParams:
         """This layer's final weights, for `kernels.pack_model`."""
         attn = self.attn
+        plain = attn.q_norm is None and self.attn_out_norm is None and \
+            self.activation == "silu" and not attn.window and not attn.softcap
         return LayerParams((attn.qkv_weight, attn.o_weight, self.gate_up_weight,
                             self.down_weight), blocks, attn.qkv_bias,
-                           (self.input_norm, self.post_attn_norm))
+                           (self.input_norm, self.post_attn_norm), plain)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor,
                 residual: torch.Tensor | None, kv_cache: tuple[torch.Tensor, torch.Tensor],
@@ -68,9 +82,15 @@ class DecoderLayer(nn.Module):
         ops = self.backend.ops(hidden, kv_cache, self.input_norm, meta)
         hidden, residual = ops.add_norm(hidden, self.input_norm, self.eps, residual)
         hidden = self.attn(positions, hidden, cos_sin, kv_cache, meta, ops)
+        if self.attn_out_norm is not None:
+            hidden = ops.norm(hidden, self.attn_out_norm, self.eps)
         hidden, residual = ops.add_norm(hidden, self.post_attn_norm, self.eps, residual)
-        hidden = ops.silu_and_mul(ops.linear(hidden, self.gate_up_weight, GATE_UP))
-        return ops.linear(hidden, self.down_weight, DOWN), residual
+        hidden = ops.gate_and_mul(ops.linear(hidden, self.gate_up_weight, GATE_UP),
+                                  self.activation)
+        hidden = ops.linear(hidden, self.down_weight, DOWN)
+        if self.mlp_out_norm is not None:
+            hidden = ops.norm(hidden, self.mlp_out_norm, self.eps)
+        return hidden, residual
 
 
 class LlamaModel(nn.Module):
@@ -85,7 +105,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = _param(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = _param(config.hidden_size)
         self.lm_head = None if config.tie_word_embeddings else _param(config.vocab_size,
                                                                       config.hidden_size)
@@ -145,12 +165,21 @@ class LlamaModel(nn.Module):
         self.cos_sin_cache = kernels.build_cos_sin_cache(
             cfg.head_dim, cfg.max_position, cfg.rope_theta, device, torch.float32,
             scaling=cfg.rope_scaling)
-        for layer in self.layers:
-            layer.cos_sin_cache = self.cos_sin_cache
+        local = self.cos_sin_cache
+        if cfg.rope_local_theta is not None and cfg.rope_local_theta != cfg.rope_theta:
+            # the sliding layers' own base (Gemma 3), without the global layers' scaling
+            local = kernels.build_cos_sin_cache(cfg.head_dim, cfg.max_position,
+                                                cfg.rope_local_theta, device, torch.float32)
+        for i, layer in enumerate(self.layers):
+            layer.cos_sin_cache = local if i in cfg.sliding_layers else self.cos_sin_cache
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """`[T]` int64 -> `[T, hidden]`."""
-        return F.embedding(input_ids, self.embed_tokens)
+        """`[T]` int64 -> `[T, hidden]` (times `sqrt(hidden)` where ``spec.embed_scale``,
+        the factor rounded to the weights' dtype as Hugging Face's Gemma does)."""
+        hidden = F.embedding(input_ids, self.embed_tokens)
+        if self.config.spec.embed_scale:
+            hidden = hidden * torch.tensor(self.config.hidden_size ** 0.5, dtype=hidden.dtype)
+        return hidden
 
     def norm_out(self, hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """Final residual add + RMSNorm after the last layer."""
@@ -162,8 +191,15 @@ class LlamaModel(nn.Module):
         """`[N, hidden]` -> `[N, vocab]`; pass only the rows that will be sampled. `exact`
         (a step with prompt tokens) scores with the model's own head, no screening;
         `allowed` (`[N, vocab]` bool) leaves -inf on the tokens a grammar forbids
-        (`kernels.backends.Packing.logits`)."""
-        return self.packing.logits(hidden, self.head, exact, allowed)
+        (`kernels.backends.Packing.logits`). A final soft-cap (Gemma 2) maps each logit to
+        `cap * tanh(logit / cap)`: monotone, so the screen's top logits stay the top."""
+        logits = self.packing.logits(hidden, self.head, exact, allowed)
+        cap = self.config.final_softcap
+        if cap:
+            logits = logits.div_(cap).tanh_().mul_(cap)
+            if allowed is not None:
+                logits.masked_fill_(~allowed, float("-inf"))
+        return logits
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],

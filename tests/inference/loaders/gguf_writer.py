@@ -57,6 +57,20 @@ def write_one_tensor(path, data: np.ndarray, qtype: Q):
     return tensor
 
 
+def add_tiny_tokenizer(writer: GGUFWriter, vocab_size: int) -> None:
+    """The tiny byte-level BPE vocabulary, its specials (BOS 1, EOS 2) and chat template."""
+    tokens = tiny_vocab(vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(TEMPLATE)
+
+
 def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = True,
                     raw: Mapping[str, tuple[np.ndarray, Q]] | None = None) -> None:
     """`hf_model` (a transformers LlamaForCausalLM) -> GGUF at `path`; matrices in `qtype`.
@@ -95,16 +109,7 @@ def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = Tru
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     if with_tokenizer:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
-        tokens = tiny_vocab(cfg.vocab_size)
-        w.add_token_list(tokens)
-        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-        w.add_token_merges(MERGES)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_add_bos_token(False)
-        w.add_chat_template(TEMPLATE)
+        add_tiny_tokenizer(w, cfg.vocab_size)
     add(w, "token_embd.weight", sd["model.embed_tokens.weight"], qtype)
     add(w, "output_norm.weight", sd["model.norm.weight"], Q.F32)
     if not cfg.tie_word_embeddings:

@@ -131,10 +131,16 @@ def rope_gguf(tmp_path, factors: np.ndarray):
     return hf, path
 
 
-def test_rope_factors_are_refused(tmp_path):
-    _, path = rope_gguf(tmp_path, np.linspace(1, 8, 8, dtype=np.float32))
-    with pytest.raises(WeightError, match="rope_freqs"):
-        load_model(path, use_cache=False)
+def test_rope_factors_divide_the_frequencies(tmp_path):
+    """Non-unit factors apply (tests/inference/model/test_archs_vs_hf.py checks Llama 3's
+    against transformers); unit ones change nothing."""
+    factors = np.linspace(1, 8, 8, dtype=np.float32)
+    hf, path = rope_gguf(tmp_path, factors)
+    loaded = load_model(path, use_cache=False)
+    assert loaded.config.rope_scaling == {"rope_type": "freq_factors",
+                                          "factors": factors.tolist()}
+    want = hf_logits(hf, IDS)
+    assert (our_logits(loaded, IDS) - want).abs().max() > 1e-3 * want.abs().max()
 
 
 def test_unit_rope_factors_load(tmp_path):
