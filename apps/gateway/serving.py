@@ -41,7 +41,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -177,30 +177,54 @@ class Served:
         return mapped
 
     async def close(self, outcome: str, *, code: str = "", book: bool = True) -> Completion | None:
-        """Release everything once; the SLO record is booked unless ``book`` is False."""
+        """Release everything once; the SLO record is booked unless ``book`` is False.
+
+        The release runs as its own task, shielded: a caller cancelled meanwhile (Django
+        cancels a streaming view as soon as the client hangs up, which SDKs do right after
+        ``[DONE]``) still gets its record booked and its slots back, however long Redis takes.
+        """
         if self.closed:
             return None
         self.closed = True
-        if self.inflight:
-            admission.inflight.release()
-        if self.stream is not None:
-            try:
-                await self.stream.aclose()  # aborts the engine request unless it finished
-            except Exception:
-                logger.exception("closing the engine stream failed")
-        result = self.collector.close() if self.collector is not None else None
-        if self.admitted is not None:
-            try:
-                await self.admitted.asettle(result.total_tokens if result else 0)
-            except Exception:
-                logger.exception("could not settle token reservation")
-        if book:
-            self.trace.finish(outcome, result, code=code)
-        else:
-            self.trace.discard()
-        if self.slot:  # last: with Redis an await, which a second cancel may cut short
-            await slots.arelease(self.caller)
+        task = asyncio.ensure_future(self._release(outcome, code, book))
+        _releasing.add(task)
+        task.add_done_callback(_releasing.discard)
+        return await asyncio.shield(task)
+
+    async def _release(self, outcome: str, code: str, book: bool) -> Completion | None:
+        """``close``'s work: the record first (it needs no Redis), then what Redis holds, each
+        step whatever the one before it raised (a lease left behind runs out by its TTL)."""
+        result = None
+        try:
+            if self.inflight:
+                admission.inflight.release()
+            if self.stream is not None:
+                await _logged(self.stream.aclose(), "closing the engine stream failed")
+            result = self.collector.close() if self.collector is not None else None
+            if book:
+                self.trace.finish(outcome, result, code=code)
+            else:
+                self.trace.discard()
+            if self.admitted is not None:
+                await _logged(self.admitted.asettle(result.total_tokens if result else 0),
+                              "could not settle token reservation")
+        except Exception:
+            logger.exception("releasing request %s failed", self.request_id)
+        finally:
+            if self.slot:
+                await _logged(slots.arelease(self.caller), "could not release a slot")
         return result
+
+
+_releasing: set[asyncio.Task] = set()  # ``close`` tasks in progress (held: never collected)
+
+
+async def _logged(step: Awaitable[Any], message: str) -> None:
+    """Await ``step``; an exception is logged with its traceback, not raised."""
+    try:
+        await step
+    except Exception:
+        logger.exception(message)
 
 
 async def engine_stats(client: EngineClient) -> EngineStats:

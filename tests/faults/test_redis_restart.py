@@ -3,7 +3,9 @@
 Under the rate limiter and during a stream (the live gateway in this process): a stream admitted
 before the crash runs to its end, requests while Redis is down get a logged 503
 ``rate_limiter_unavailable`` (not a 500), requests after the restart are admitted again, and the
-stream's settlement on the restarted Redis leaves no counter without a TTL.
+stream's settlement on the restarted Redis books its record, gives its slots back and leaves no
+counter without a TTL. (The settlement used to be cut short: the SDK hangs up right after
+``[DONE]``, Django cancels the view, and the cancel landed in redis-py's reconnect back-off.)
 """
 
 from __future__ import annotations
@@ -51,26 +53,17 @@ def gated_engine(tiny_model_path):
     engine.stop()
 
 
-# Open defect (found 2026-12-07, full runs on PostgreSQL + Redis): across this restart a
-# concurrency slot stays held and the stream's SLO record can be missing. Not fixed yet: the
-# test is reported as xfail, and its slots are this test's own, thrown away at its end, so
-# the leak does not fail the next test's in-flight check.
-@pytest.mark.xfail(reason="a slot held and the stream's record lost across a Redis restart "
-                          "(open defect)", strict=False)
 def test_redis_crash_under_the_limiter_and_a_stream(laser_server, gated_engine, contracted,
-                                                     own_redis, settings, caplog,
-                                                     monkeypatch):
+                                                     own_redis, settings, caplog):
     from apps.gateway import ratelimit
-    from apps.gateway import slots as slots_module
+    from apps.gateway.slots import slots
+    from tests.apps.gateway.live import wait_until
     from tests.faults.test_engine_restart import _records
 
+    # the rate limiter and the concurrency slots both in the Redis that restarts
     settings.LASER_RATELIMIT_REDIS_URL = own_redis.url
     ratelimit.get_limiter.cache_clear()
-    # the limiter under test; the concurrency slots stay in this process (with the slots in
-    # the same Redis, the stream's record and lease were lost across the restart: open)
-    local = slots_module.Slots()
-    local.url = own_redis.url  # type: ignore[attr-defined]
-    monkeypatch.setattr(slots_module, "_slots", local)
+    assert slots.url == own_redis.url
     client = openai.OpenAI(base_url=f"{laser_server.url}/v1", max_retries=0, timeout=60,
                            api_key=contracted(requests_per_min=1000, tokens_per_min=10**6)[2])
     stream = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=300,
@@ -101,3 +94,6 @@ def test_redis_crash_under_the_limiter_and_a_stream(laser_server, gated_engine, 
     redis = own_redis.client()
     keys = redis.keys("laser:rl:*")
     assert keys and all(redis.ttl(key) > 0 for key in keys), {k: redis.ttl(k) for k in keys}
+    # every lease given back: the stream's (taken before the crash) and the last request's
+    assert wait_until(lambda: not slots._requests and not redis.keys("laser:slots:*"),
+                      timeout=10), (slots._requests, redis.keys("laser:slots:*"))

@@ -164,3 +164,33 @@ def test_tenants_share_neither_cached_prefixes_nor_rate_limits(laser_server, tin
     flush_reports()
     tenants = [r.tenant_id for r in RequestRecord.objects.order_by("arrival")[:4]]
     assert tenants == [tenant_a.pk, tenant_a.pk, tenant_b.pk, tenant_b.pk]
+
+
+def test_a_stream_settles_after_the_client_hangs_up_whatever_redis_does(
+        laser_server, tiny_engine, contracted, monkeypatch, caplog):
+    """SDKs hang up right after ``[DONE]`` and Django then cancels the view: the settlement
+    still books the record and gives the slots back while the reservation's Redis call hangs
+    and then fails (a restarted Redis: redis-py's reconnect back-off)."""
+    import asyncio
+
+    import openai
+    import redis
+
+    from apps.gateway import admission
+    from apps.gateway.slots import slots
+    from tests.faults.test_engine_restart import _records
+
+    async def hanging_then_failing(self, actual_tokens):
+        await asyncio.sleep(2)
+        raise redis.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(admission.Admission, "asettle", hanging_then_failing)
+    client = openai.OpenAI(base_url=f"{laser_server.url}/v1", max_retries=0, timeout=60,
+                           api_key=contracted()[2])
+    chunks = list(client.chat.completions.create(model=MODEL, messages=HI, max_tokens=5,
+                                                 temperature=0, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+    assert wait_until(lambda: _records() == [("ok", "")], timeout=10), _records()
+    assert wait_until(lambda: not slots._requests, timeout=10), slots._requests
+    assert "could not settle token reservation" in caplog.text
+    assert "Connection reset by peer" in caplog.text  # with its traceback
