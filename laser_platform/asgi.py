@@ -1,5 +1,5 @@
 """ASGI entry point: HTTP goes to Django (static files included) behind the body-size guard and
-the upload's key check, WebSocket to Channels."""
+the uploads' key and session checks, WebSocket to Channels."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ application = ProtocolTypeRouter(
         # Static files (admin CSS/JS) are served by the app itself so one process is enough in
         # embedded mode; behind a proxy, serve `collectstatic` output from the proxy instead.
         # BodyLimit answers 413 past the route's body limit before Django reads the body.
-        # UploadAuth answers a file upload without a valid key with 401, also unread.
+        # UploadAuth answers a file upload without a valid key with 401, and the web app's
+        # upload without a signed-in session with the login redirect, also unread.
         "http": BodyLimit(UploadAuth(ASGIStaticFilesHandler(django_asgi_app))),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
