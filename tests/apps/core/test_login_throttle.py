@@ -181,3 +181,29 @@ def test_behind_a_trusted_proxy_the_forwarded_address_counts(live):
         response = _live_login(client, "alice", "wrong", forwarded="198.51.100.4")
     assert response.status_code == 429
     assert _live_login(client, "alice", PASSWORD, forwarded="198.51.100.5").status_code == 302
+
+
+def test_the_per_user_count_is_shared_by_processes_on_redis(require_redis, settings):
+    """With ``REDIS_URL`` the counter is the default cache's (Redis): failures counted by
+    another process hold logins here too. (The pair lockout is axes' database table, which
+    every process shares already.)"""
+    import os
+    import subprocess
+    import sys
+
+    from apps.tenants.lockout import count_failure, throttle_wait
+
+    window = 10**9  # one window for the whole test, whichever process reads the clock
+    settings.LASER_LOGIN_USER_FAILURE_LIMIT, settings.LASER_LOGIN_USER_WINDOW_S = 4, window
+    name = f"shared-{os.getpid()}-{id(settings)}"  # a name no other run counts against
+    count_failure(name, None)  # one here, three in the other process
+    env = {**os.environ, "LASER_LOGIN_USER_FAILURE_LIMIT": "4",
+           "LASER_LOGIN_USER_WINDOW_S": str(window)}
+    script = ("import django; django.setup(); from apps.tenants.lockout import count_failure, "
+              f"throttle_wait; print(throttle_wait({name!r}, None)); "
+              f"[count_failure({name!r}, None) for _ in range(3)]")
+    other = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=120, check=True)
+    assert float(other.stdout.split()[-1]) == 0.0  # it saw the one failure: not held yet
+    assert throttle_wait(name, None) > 0  # the four together hold the name here
+    assert throttle_wait(f"{name}-other", None) == 0.0
