@@ -30,7 +30,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from apps.core.errors import APIError, BadRequestError, server_error
-from apps.core.request_id import bind, new_request_id
+from apps.core.ws_faults import FaultsLogged
 from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
@@ -51,7 +51,9 @@ CLOSE_TOO_MANY = 4429  # past the key's open-socket cap (LASER_KEY_MAX_SOCKETS)
 MAX_SESSION_ID = 128
 
 
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(FaultsLogged, AsyncJsonWebsocketConsumer):
+    door = "/ws/chat/"
+
     async def connect(self) -> None:
         self.caller: Caller | None = None
         self.sessions: OrderedDict[str, Session] = OrderedDict()
@@ -90,7 +92,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # ---- in -----------------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
-        bind(new_request_id())  # this message's, inherited by the turn it starts
         try:
             content = decode_frame(text_data, bytes_data)
         except MessageTooBig as exc:

@@ -32,7 +32,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from apps.core.errors import APIError, BadRequestError, server_error
-from apps.core.request_id import bind, new_request_id
+from apps.core.ws_faults import FaultsLogged
 from apps.core.ws_frames import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_TOO_BIG,
@@ -53,7 +53,9 @@ CLOSE_SLOW_READER = 4008
 CLOSE_TOO_MANY = 4429  # past the user's open-socket cap (LASER_KEY_MAX_SOCKETS)
 
 
-class WebChatConsumer(AsyncJsonWebsocketConsumer):
+class WebChatConsumer(FaultsLogged, AsyncJsonWebsocketConsumer):
+    door = "/ws/app/chat/"
+
     async def connect(self) -> None:
         self.turn: asyncio.Task | None = None
         self.history: list[dict] = []
@@ -95,7 +97,6 @@ class WebChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
-        bind(new_request_id())  # this message's, inherited by the turn it starts
         try:
             # conversations are stored (PostgreSQL's jsonb): no NUL in this socket's text
             content = decode_frame(text_data, bytes_data, nul_ok=False)

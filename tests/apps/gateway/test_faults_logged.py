@@ -112,3 +112,30 @@ async def test_ws_chat_a_fault_handling_a_message_is_logged_then_1011(installed,
     assert_fault_logged(caplog, _told(error["error"]))
     assert (await ws.receive_output(timeout=5))["code"] == 1011
     await ws.disconnect()  # the server closed: this delivers it, and gives the slot back
+
+
+@pytest.mark.parametrize("stage", ["connect", "a frame"])
+async def test_ws_chat_a_fault_in_connect_or_a_frame_is_logged_then_1011(installed, key, caplog,
+                                                                         monkeypatch, stage):
+    """A fault that escapes ``connect`` (the key lookup) or a frame's decoding (outside the
+    handler's own net) is logged with its traceback and the id the client is told."""
+    from apps.gateway import consumers
+
+    installed(FakeEngine())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError(BUG)
+
+    if stage == "connect":
+        monkeypatch.setattr(consumers, "aapi_key_resolve", broken)
+    ws = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/",
+                               subprotocols=["laser.v1", f"key.{key}"])
+    assert (await ws.connect())[0]
+    if stage == "a frame":
+        assert (await ws.receive_json_from())["type"] == "ready"
+        monkeypatch.setattr(consumers, "decode_frame", broken)
+        await ws.send_json_to({"type": "ping"})
+    error = await ws.receive_json_from(timeout=5)
+    assert_fault_logged(caplog, _told(error["error"]))
+    assert (await ws.receive_output(timeout=5))["code"] == 1011
+    await ws.disconnect()

@@ -58,3 +58,22 @@ async def test_bad_text_nul_and_deep_json_are_an_error_message_not_a_500(world_s
     assert error["type"] == "invalid_request_error" and error["code"] in ("invalid_value",
                                                                          "invalid_json")
     await ws.disconnect()
+
+
+async def test_a_fault_in_connect_is_logged_with_the_id_the_browser_is_told(world_sync, caplog,
+                                                                           monkeypatch):
+    from apps.web.consumers import WebChatConsumer
+
+    caplog.set_level(logging.ERROR, logger="laser.errors")
+
+    def broken(self, user):
+        raise RuntimeError(BUG)
+
+    monkeypatch.setattr(WebChatConsumer, "_setup", broken)
+    ws = _socket(world_sync.member_cookie)
+    assert (await ws.connect())[0]  # accepted to say why, then closed
+    error = (await ws.receive_json_from(timeout=5))["error"]
+    assert error["type"] == "server_error"
+    assert_fault_logged(caplog, re.search(r"request ID (\S+)\.$", error["message"]).group(1))
+    assert (await ws.receive_output(timeout=5))["code"] == 1011
+    await ws.disconnect()
