@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -193,6 +194,19 @@ class EngineConfig:
             raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's context "
                              f"of {model_context} tokens")
         return self.max_model_len
+
+    def policy_options(self, layers: int) -> dict[str, Any]:
+        """``laser``'s options: the layers a forward can pause between (layer pause), and the
+        overload factor when the configuration sets one."""
+        if self.policy != "laser":
+            return {}
+        options: dict[str, Any] = {"pause_layers": layers if self.layer_pause else 0}
+        if self.overload_ttft_factor is not None:
+            from inference.scheduler import LaserPolicyConfig
+
+            options["policy_config"] = LaserPolicyConfig(
+                overload_ttft_factor=self.overload_ttft_factor)
+        return options
 
     def scheduler_config(self, model_context: int) -> SchedulerConfig:
         return SchedulerConfig(

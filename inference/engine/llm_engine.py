@@ -19,41 +19,32 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
-from inference.errors import InvalidParameter, PromptTooLong
+from inference.errors import InvalidParameter
 from inference.kv.block_manager import BlockManager
 from inference.request import Delta, EngineRequest, Tier
 from inference.scheduler import SchedulingPolicy, StepPlan, layer_pausing, make_scheduler
-from inference.sequence import SequenceStatus, sequences_from_request
+from inference.sequence import sequences_from_request
 from kernels.choice import StepKind
 
+from .book import RequestBook
 from .config import EngineConfig
 from .contention import CpuContention
 from .grammar import GrammarMasks, grammar_masks
+from .intake import PromptEncoder
 from .memory import IdleTrim, check_fits, checkpoint_bytes
-from .outputs import Choice, RequestState, abort_deltas, empty_delta, make_state, token_delta
-from .runner import BatchInputs, LayerwiseForward, ModelRunner
-from .sampler import Sampler, SamplerOutput, SamplingRow
-from .stats import EngineStats, StepMeter, kv_fragmentation, per_tier
+from .outputs import abort_deltas, make_state
+from .runner import BatchInputs, ModelRunner
+from .sampler import Sampler, SamplingRow
+from .stats import EngineStats, StepMeter, engine_stats
+from .step_state import PausedForward, PlannedStep
 
 if TYPE_CHECKING:
     from inference.loaders import LoadedModel
-
-
-@dataclass(slots=True)
-class _Paused:
-    """A forward stopped between layers, with what its completion needs."""
-
-    plan: StepPlan
-    rows: list[SamplingRow]
-    forward: LayerwiseForward  # holds the batch
-    # a step that ran its own forward beside this one returned its tokens first: the next
-    # call resumes this forward before anything is scheduled (the value: finish it in full)
-    resume_next: bool | None = None
 
 
 class LLMEngine:
@@ -93,7 +84,7 @@ class LLMEngine:
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
         self.scheduler: SchedulingPolicy = make_scheduler(
-            config.policy, sched_config, kv, **_policy_options(config, len(model.layers)))
+            config.policy, sched_config, kv, **config.policy_options(len(model.layers)))
         self.pauser = layer_pausing(self.scheduler)  # its layer-pause hooks, asked once
         self.runner = ModelRunner(model, num_blocks, config.block_size, device, kv_dtype,
                                   config.matmul_mode,
@@ -105,63 +96,23 @@ class LLMEngine:
         self.sampler = Sampler()
         self.eos_token_ids = frozenset() if config.ignore_eos else frozenset(
             loaded.config.eos_token_ids) | loaded.stop_token_ids
-        self._requests: dict[str, RequestState] = {}
-        self._choices: dict[str, tuple[RequestState, Choice]] = {}
         self._lock = threading.RLock()
         self._meter = StepMeter()
         self._contention = CpuContention()
         self._idle_trim = IdleTrim()
         self.last_step_empty = False  # the last step had nothing to run
-        self._paused: _Paused | None = None
+        self._paused: PausedForward | None = None
         self._hot_arrived = False  # set by add_request, read between layers of a paused step
         self.grammar: GrammarMasks | None = grammar_masks(loaded)
+        self._intake = PromptEncoder(loaded, self.max_model_len, self.grammar)
+        self._book = RequestBook(self.grammar)
+        self._requests = self._book.requests  # id -> state (the benchmarks read it)
 
     # ---- requests ------------------------------------------------------------------------
     def encode(self, request: EngineRequest) -> list[int]:
         """The request's prompt token ids (chat template applied), checked against the
         context. Raises ``InvalidParameter``/``PromptTooLong``; touches no engine state."""
-        if request.prompt_token_ids is not None:
-            ids, param = list(request.prompt_token_ids), "prompt"
-            vocab = self.model_config.vocab_size
-            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
-                raise InvalidParameter("prompt", f"prompt token ids must lie in [0, {vocab}).")
-        elif self.tokenizer is None:
-            raise InvalidParameter("prompt", "this model has no tokenizer; send token ids.")
-        elif request.messages is not None:
-            ids, param = self._encode_chat(request.messages, request.tools), "messages"
-        elif request.prompt is not None:
-            ids, param = self.tokenizer.encode(request.prompt), "prompt"
-        else:
-            raise InvalidParameter("prompt", "send a prompt, messages or prompt token ids.")
-        if not ids:
-            raise InvalidParameter(param, f"'{param}' encodes to no tokens.")
-        max_tokens = request.sampling.max_tokens
-        if len(ids) >= self.max_model_len:
-            raise PromptTooLong(param, len(ids), max_tokens, self.max_model_len)
-        if len(ids) + max_tokens > self.max_model_len:
-            raise PromptTooLong("max_tokens", len(ids), max_tokens, self.max_model_len)
-        if request.constraint is not None:  # compiled here, off the engine thread, cached
-            self._grammar(request).compiler.compile(request.constraint)
-        return ids
-
-    def _grammar(self, request: EngineRequest) -> GrammarMasks:
-        if self.grammar is None:
-            assert request.constraint is not None
-            raise InvalidParameter(request.constraint.param,
-                                   "this model has no tokenizer to constrain its output with.")
-        return self.grammar
-
-    def _encode_chat(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
-        from inference.tokenizer import ChatTemplateError
-
-        if not isinstance(messages, list) or not messages:
-            raise InvalidParameter("messages", "'messages' must be a non-empty list.")
-        try:
-            if tools:
-                return self.loaded.encode_chat(messages, add_generation_prompt=True, tools=tools)
-            return self.loaded.encode_chat(messages, add_generation_prompt=True)
-        except ChatTemplateError as exc:
-            raise InvalidParameter("messages", str(exc)) from exc
+        return self._intake.encode(request)
 
     def add_request(self, request: EngineRequest, prompt_ids: list[int] | None = None) -> None:
         """Queue a request, or raise (``InvalidParameter``, ``PromptTooLong``,
@@ -173,16 +124,15 @@ class LLMEngine:
             seed = random.getrandbits(63)
         state = make_state(request, ids, seqs, seed, self.tokenizer)
         matchers = [] if request.constraint is None else [
-            self._grammar(request).matcher(seq.seq_id, request.constraint) for seq in seqs]
+            self._intake.grammar_for(request).matcher(seq.seq_id, request.constraint)
+            for seq in seqs]
         with self._lock:
             if request.request_id in self._requests:
                 raise InvalidParameter("request_id", f"request {request.request_id!r} exists.")
             if self.grammar is not None:
                 self.grammar.add(matchers)
             self.scheduler.add(seqs, time.time())
-            self._requests[request.request_id] = state
-            for choice in state.choices:
-                self._choices[choice.seq.seq_id] = (state, choice)
+            self._book.add(state)
             if request.tier is Tier.HOT:
                 self._hot_arrived = True
 
@@ -203,7 +153,7 @@ class LLMEngine:
                 return []
             self.scheduler.abort(request_id)
             deltas = abort_deltas(state)
-            self._forget(state)
+            self._book.forget(state)
             return deltas
 
     def abort_all(self) -> None:
@@ -236,49 +186,63 @@ class LLMEngine:
             finish, paused.resume_next = paused.resume_next, None
             self.last_step_empty = False
             return self._record(t0, self._resume(paused, finish))
+        step = self._plan()
+        if step.plan.is_empty and step.paused is None:
+            return step.deltas
+        if not step.plan.is_empty and not self._forward(step):
+            return step.deltas  # paused between layers: its tokens come when it completes
+        if step.paused is not None:
+            if step.plan.is_empty:
+                step.deltas += self._resume(step.paused, step.finish)
+            else:
+                # this step's tokens (a hot step's) go out now, not after the paused forward
+                # has run its layers: the next call resumes it, before anything is scheduled
+                step.paused.resume_next = step.finish
+        return self._record(t0, step.deltas)
+
+    def _plan(self) -> PlannedStep:
+        """Schedule a step and build its batch, under the lock."""
         with self._lock:
             self._hot_arrived = False
             t_plan = time.perf_counter()
             plan = self.scheduler.schedule(time.time())
-            deltas = self._refusals(plan)
             paused = self._paused
-            finish = plan.finish_paused  # hot needs the held blocks
+            # finish_paused: hot needs the held blocks
+            step = PlannedStep(plan, self._book.refusals(plan), t_plan, paused, plan.finish_paused)
             self.last_step_empty = plan.is_empty and paused is None
             if plan.is_empty:
-                deltas += self._tier_only(plan, set())
-                if paused is None:
-                    return deltas
-            else:
-                batch = self.runner.prepare(plan, self.scheduler.seqs)
-                if self.grammar:  # the masks fill on a worker thread while the layers run
-                    batch.allowed = self.grammar.begin(batch.sample_seq_ids)
-                rows = [self._sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
-                # a pausable step stops for hot work at this time (or on a hot arrival)
-                due = plan.pause_until if paused is None else None
-        if not plan.is_empty and due is None:
+                step.deltas += self._book.tier_only(plan, set())
+                return step
+            step.batch = batch = self.runner.prepare(plan, self.scheduler.seqs)
+            if self.grammar:  # the masks fill on a worker thread while the layers run
+                batch.allowed = self.grammar.begin(batch.sample_seq_ids)
+            step.rows = [self._book.sampling_row(seq_id) for seq_id in batch.sample_seq_ids]
+            # a pausable step stops for hot work at this time (or on a hot arrival)
+            step.due = plan.pause_until if paused is None else None
+            return step
+
+    def _forward(self, step: PlannedStep) -> bool:
+        """Run a planned step's forward, whole or (pausable) layer by layer, and add its
+        deltas; False when it stopped between layers (then it waits in ``_paused``)."""
+        plan, batch, rows = step.plan, step.batch, step.rows
+        assert batch is not None
+        if step.due is None:
             t_run = time.perf_counter()
             logits = self.runner.execute(batch)
-            deltas += self._complete(plan, batch, rows, logits, time.perf_counter() - t_run,
-                                     t_plan)
-        elif not plan.is_empty and due is not None:
-            forward = self.runner.begin(batch)
-            if not forward.advance(self._stop_at(due)):
-                with self._lock:
-                    self.pauser.hold(item.seq_id for item in plan.scheduled)
-                    # tier changes go out now; the tokens, when the forward completes
-                    deltas += self._tier_only(plan, set())
-                    self._paused = _Paused(replace(plan, tier_changes=()), rows, forward)
-                return deltas
-            deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds,
-                                     t_plan)
-        if paused is not None:
-            if plan.is_empty:
-                deltas += self._resume(paused, finish)
-            else:
-                # this step's tokens (a hot step's) go out now, not after the paused forward
-                # has run its layers: the next call resumes it, before anything is scheduled
-                paused.resume_next = finish
-        return self._record(t0, deltas)
+            step.deltas += self._complete(plan, batch, rows, logits,
+                                          time.perf_counter() - t_run, step.t_plan)
+            return True
+        forward = self.runner.begin(batch)
+        if not forward.advance(self._stop_at(step.due)):
+            with self._lock:
+                self.pauser.hold(item.seq_id for item in plan.scheduled)
+                # tier changes go out now; the tokens, when the forward completes
+                step.deltas += self._book.tier_only(plan, set())
+                self._paused = PausedForward(replace(plan, tier_changes=()), rows, forward)
+            return False
+        step.deltas += self._complete(plan, batch, rows, forward.logits(), forward.seconds,
+                                      step.t_plan)
+        return True
 
     def _record(self, t0: float, deltas: list[Delta]) -> list[Delta]:
         """The step meter books a step that began at ``t0`` and produced ``deltas``."""
@@ -291,7 +255,7 @@ class LLMEngine:
         """A paused-forward stop test: a hot request arrived, or ``due`` has passed."""
         return lambda: self._hot_arrived or time.time() >= due
 
-    def _resume(self, paused: _Paused, finish: bool) -> list[Delta]:
+    def _resume(self, paused: PausedForward, finish: bool) -> list[Delta]:
         """Advance a paused forward (at least one layer) until it completes or hot work
         arrives or falls due again (to completion when ``finish``: hot work waits for the
         blocks it holds); on completion sample and deliver its tokens."""
@@ -332,104 +296,14 @@ class LLMEngine:
                 self.scheduler.observe_step(plan.num_batched_tokens, run_s,
                                             plan.num_prompt_tokens, token_s)
             self.scheduler.update(plan, dict(zip(batch.sample_seq_ids, out.token_ids)), now)
-            new = self._token_deltas(plan, batch.sample_seq_ids, out, now)
-            return new + self._tier_only(plan, {(d.request_id, d.index) for d in new})
-
-    def _sampling_row(self, seq_id: str) -> SamplingRow:
-        state, choice = self._choices[seq_id]
-        seq = choice.seq
-        return SamplingRow(state.request.sampling, state.seed, seq.index, seq.num_output_tokens,
-                           tuple(seq.output_token_ids) if _penalised(state) else ())
-
-    def _token_deltas(self, plan: StepPlan, seq_ids: list[str], out: SamplerOutput,
-                      now: float) -> list[Delta]:
-        changes = dict(plan.tier_changes)
-        deltas = []
-        for j, seq_id in enumerate(seq_ids):
-            entry = self._choices.get(seq_id)
-            if entry is None or entry[1].done:
-                continue  # aborted while the forward ran
-            state, choice = entry
-            if self.grammar is not None and self.grammar.cut_short(seq_id) and \
-                    choice.seq.status is SequenceStatus.FINISHED_STOPPED:
-                choice.seq.status = SequenceStatus.FINISHED_LENGTH  # never reported as valid
-            token = choice.seq.output_token_ids[-1]
-            logprob = out.logprobs[j] if out.logprobs is not None else None
-            top = out.top_logprobs[j] if out.top_logprobs is not None else None
-            delta, stopped = token_delta(state, choice, token, now, logprob, top,
-                                         changes.get(seq_id))
-            if stopped and not choice.seq.is_finished:
-                self.scheduler.finish(seq_id, SequenceStatus.FINISHED_STOPPED)
-            deltas.append(delta)
-            if state.done:
-                self._forget(state)
-        return deltas
-
-    def _refusals(self, plan: StepPlan) -> list[Delta]:
-        deltas = []
-        for seq_id, reason in plan.refused:
-            entry = self._choices.get(seq_id)
-            if entry is not None and not entry[1].done:
-                state, choice = entry
-                deltas.append(replace(empty_delta(state, choice, finish_reason="abort"),
-                                      refusal=reason))
-                if state.done:
-                    self._forget(state)
-        return deltas
-
-    def _tier_only(self, plan: StepPlan, delivered: set) -> list[Delta]:
-        """Tier changes of sequences that produced no token this step still reach the client."""
-        deltas = []
-        for seq_id, change in plan.tier_changes:
-            entry = self._choices.get(seq_id)
-            if entry is None or entry[1].done:
-                continue
-            if (entry[1].seq.request_id, entry[1].seq.index) in delivered:
-                continue
-            deltas.append(empty_delta(entry[0], entry[1], tier_change=change))
-        return deltas
-
-    def _forget(self, state: RequestState) -> None:
-        self._requests.pop(state.request.request_id, None)
-        for choice in state.choices:
-            self._choices.pop(choice.seq.seq_id, None)
-        if state.request.constraint is not None and self.grammar is not None:
-            self.grammar.remove(c.seq.seq_id for c in state.choices)
+            new = self._book.token_deltas(plan, batch.sample_seq_ids, out, now,
+                                          self.scheduler.finish)
+            return new + self._book.tier_only(plan, {(d.request_id, d.index) for d in new})
 
     # ---- introspection -------------------------------------------------------------------
     def stats(self) -> EngineStats:
         with self._lock:
-            s = self.scheduler
-            kv = s.kv.stats()
-            return EngineStats(
-                running=per_tier(s.in_flight()), waiting=per_tier(s.waiting),
-                num_blocks=kv.num_blocks, used_blocks=kv.used_blocks,
-                cached_free_blocks=kv.cached_free_blocks, kv_usage=kv.usage,
-                kv_fragmentation=kv_fragmentation(s),
-                tokens_per_s=self._meter.tokens_per_s(time.time()),
-                num_preemptions=s.num_preemptions, last_step_s=self._meter.last_step_s,
-                mean_step_s=self._meter.mean_step_s, num_steps=self._meter.num_steps,
-                cpu_contention=self._contention.factor,
-            )
-
-
-def _policy_options(config: EngineConfig, layers: int) -> dict[str, Any]:
-    """``laser``'s options: the layers a forward can pause between (layer pause), and the
-    overload factor when the configuration sets one."""
-    if config.policy != "laser":
-        return {}
-    options: dict[str, Any] = {"pause_layers": layers if config.layer_pause else 0}
-    if config.overload_ttft_factor is not None:
-        from inference.scheduler import LaserPolicyConfig
-
-        options["policy_config"] = LaserPolicyConfig(
-            overload_ttft_factor=config.overload_ttft_factor)
-    return options
-
-
-def _penalised(state: RequestState) -> bool:
-    sp = state.request.sampling
-    return bool(sp.presence_penalty or sp.frequency_penalty)
+            return engine_stats(self.scheduler, self._meter, self._contention.factor)
 
 
 __all__ = ["LLMEngine"]

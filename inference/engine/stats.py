@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -112,3 +113,19 @@ def per_tier(seqs: list) -> dict[str, int]:
     for seq in seqs:
         counts[Tier(seq.tier).value] += 1
     return counts
+
+
+def engine_stats(scheduler: SchedulingPolicy, meter: StepMeter,
+                 cpu_contention: float) -> EngineStats:
+    """The engine's figures now, from its scheduler, step meter and contention factor."""
+    kv = scheduler.kv.stats()
+    return EngineStats(
+        running=per_tier(scheduler.in_flight()), waiting=per_tier(scheduler.waiting),
+        num_blocks=kv.num_blocks, used_blocks=kv.used_blocks,
+        cached_free_blocks=kv.cached_free_blocks, kv_usage=kv.usage,
+        kv_fragmentation=kv_fragmentation(scheduler),
+        tokens_per_s=meter.tokens_per_s(time.time()),
+        num_preemptions=scheduler.num_preemptions, last_step_s=meter.last_step_s,
+        mean_step_s=meter.mean_step_s, num_steps=meter.num_steps,
+        cpu_contention=cpu_contention,
+    )
