@@ -12,14 +12,26 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, GGUFWriter
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFWriter
 
 from tests.inference.loaders.gguf_writer import add_array, add_tiny_tokenizer, llama_cpp_permute
 
 GGUF_ARCH = {"llama3": "llama", "llama3_tied": "llama", "mistral": "llama", "qwen2": "qwen2",
              "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3", "phi3": "phi3"}
 _GEMMA = ("gemma2", "gemma3")
+
+
+def stored_type(qtype: Q, shape: tuple[int, ...]) -> Q:
+    """The type a tensor of ``shape`` is written in: vectors in float32; a matrix whose rows
+    do not split into ``qtype``'s blocks falls back to Q8_0 (as llama-quantize does), else
+    float16."""
+    if len(shape) == 1:
+        return Q.F32
+    for candidate in (qtype, Q.Q8_0, Q.F16):
+        if shape[-1] % GGML_QUANT_SIZES[candidate][0] == 0:
+            return candidate
+    return Q.F32
 
 
 def llama3_rope_factors(cfg) -> np.ndarray:
@@ -100,7 +112,8 @@ def _metadata(w: GGUFWriter, cfg, arch: str) -> None:
 def write_arch_gguf(path, hf_model, arch: str, qtype: Q = Q.F32,
                     with_tokenizer: bool = True) -> None:
     """``hf_model`` (``tiny_models.make_tiny(arch)``) -> GGUF at ``path``; matrices in
-    ``qtype``, vectors (norms, biases, rope factors) in float32."""
+    ``qtype`` where their rows split into its blocks (``stored_type``), vectors (norms,
+    biases, rope factors) in float32."""
     cfg = hf_model.config
     sd = {k: v.detach().float().numpy() for k, v in hf_model.state_dict().items()}
     tensors = {"token_embd.weight": sd["model.embed_tokens.weight"],
@@ -119,7 +132,7 @@ def write_arch_gguf(path, hf_model, arch: str, qtype: Q = Q.F32,
     for name, array in tensors.items():
         if arch in _GEMMA and name.endswith("norm.weight"):
             array = array + 1
-        add_array(w, name, array, Q.F32 if array.ndim == 1 else qtype)
+        add_array(w, name, array, stored_type(qtype, array.shape))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

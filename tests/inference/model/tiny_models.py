@@ -14,6 +14,7 @@ As a script: ``python -m tests.inference.model.tiny_models OUT_DIR [ARCH ...]`` 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -121,9 +122,16 @@ def make_tiny(arch: str, seed: int = 0, **overrides: Any):
     return model
 
 
+@functools.cache
+def shared_tiny(arch: str):
+    """``make_tiny(arch)``, built once per process: read it, never change it (copy first)."""
+    return make_tiny(arch)
+
+
 def save_tiny(arch: str, directory: str | Path, seed: int = 0, **overrides: Any):
-    """``make_tiny`` saved as a safetensors folder at ``directory``; returns the model."""
-    model = make_tiny(arch, seed, **overrides)
+    """``make_tiny`` saved as a safetensors folder at ``directory``; returns the model (the
+    shared one, ``shared_tiny``, without ``seed`` or ``overrides``)."""
+    model = make_tiny(arch, seed, **overrides) if seed or overrides else shared_tiny(arch)
     model.save_pretrained(directory, safe_serialization=True)
     return model
 
