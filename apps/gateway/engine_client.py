@@ -5,7 +5,8 @@
 runs on a thread of this process; ``manage.py serve`` starts and stops it through
 ``apps.core.lifecycle``, anything else (tests, a shell, a Celery task) starts it on first use.
 ``remote``: ``RemoteEngineClient`` reaches ``manage.py run_engine`` workers over the Redis
-channel layer. Both satisfy ``inference.engine.client.EngineClient``.
+channel layer. ``ray``: ``RayEngineClient`` reaches the replicas ``manage.py run_fleet`` deployed
+on Ray Serve (docs/deploy.md). All satisfy ``inference.engine.client.EngineClient``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def _new_client() -> EngineClient:
         from apps.gateway.remote.client import RemoteEngineClient
 
         return RemoteEngineClient()
+    if settings.LASER_ENGINE_MODE == "ray":
+        from inference.fleet.client import RayEngineClient
+
+        return RayEngineClient(settings.LASER_RAY_ADDRESS, settings.LASER_RAY_APP)
     return build_async_engine()
 
 

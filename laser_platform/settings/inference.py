@@ -61,7 +61,13 @@ LASER_MODEL: str = env("LASER_MODEL", "smollm2-135m-instruct")
 LASER_CHAT_TEMPLATE: str | None = env("LASER_CHAT_TEMPLATE", None)
 # "embedded": the engine runs on a thread of the serving process (the one-command default).
 # "remote": web processes reach engine worker processes over the Redis channel layer.
-LASER_ENGINE_MODE: str = env("LASER_ENGINE_MODE", "embedded", choices=("embedded", "remote"))
+# "ray": web processes reach the engine replicas of a Ray Serve deployment (docs/deploy.md).
+LASER_ENGINE_MODE: str = env("LASER_ENGINE_MODE", "embedded",
+                             choices=("embedded", "remote", "ray"))
+# ray mode: the Ray cluster to join ("auto": the one this machine is part of) and the name of
+# the Serve application `manage.py run_fleet` deployed.
+LASER_RAY_ADDRESS: str = env("LASER_RAY_ADDRESS", "auto")
+LASER_RAY_APP: str = env("LASER_RAY_APP", "laser")
 # Name of the channel-layer group engine workers listen on in remote mode.
 LASER_ENGINE_CHANNEL: str = env("LASER_ENGINE_CHANNEL", "laser-engine")
 # "auto": CUDA when torch sees a GPU, else the CPU (resolved when the engine is built).
