@@ -8,7 +8,6 @@ returns logits only for the rows that sample.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 
 import kernels
+from inference.engine.layerwise import LayerwiseForward
 from inference.engine.sides import calibrate
 from inference.kv.block_manager import BlockCopy
 from inference.model import AttentionMetadata, LlamaModel
@@ -163,7 +163,7 @@ class ModelRunner:
         """The side the last step ran on under ``AUTO`` (``BF16`` before any)."""
         return self._packs_in_use
 
-    def _select_packs(self, batch: BatchInputs) -> None:
+    def select_packs(self, batch: BatchInputs) -> None:
         """Under ``AUTO``: switch the model to the packs the table gives this step's rows (or
         the side the batch names)."""
         if batch.side is None:
@@ -257,8 +257,9 @@ class ModelRunner:
             k_cache.index_copy_(0, dst, k_cache.index_select(0, src))
             v_cache.index_copy_(0, dst, v_cache.index_select(0, src))
 
-    def _set_threads(self, batch: BatchInputs) -> None:
-        self._select_packs(batch)
+    def prepare_forward(self, batch: BatchInputs) -> None:
+        """Before (or on resuming) a forward over ``batch``: its packs and threads."""
+        self.select_packs(batch)
         self._set_threads_for(batch.num_tokens)
 
     def _set_threads_for(self, rows: int) -> None:
@@ -272,11 +273,11 @@ class ModelRunner:
     def execute(self, batch: BatchInputs) -> torch.Tensor:
         """Run one forward over ``batch``; returns float32 logits ``[N, vocab]`` for its
         sampling rows (``N`` may be 0 when every chunk is a mid-prompt prefill)."""
-        self._set_threads(batch)
+        self.prepare_forward(batch)
         with torch.inference_mode():
             self.copy_blocks(batch.block_copies)
             hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta)
-            return self._logits(batch, hidden)
+            return self.sample_logits(batch, hidden)
 
     def begin(self, batch: BatchInputs) -> LayerwiseForward:
         """Start a forward over ``batch`` that runs layer by layer and may stop between layers
@@ -287,55 +288,11 @@ class ModelRunner:
             hidden = self.model.embed(batch.input_ids)
         return LayerwiseForward(self, batch, hidden)
 
-    def _logits(self, batch: BatchInputs, hidden: torch.Tensor) -> torch.Tensor:
+    def sample_logits(self, batch: BatchInputs, hidden: torch.Tensor) -> torch.Tensor:
+        """The float32 logits of ``batch``'s sampling rows from the final ``hidden``."""
         if not batch.sample_seq_ids:
             return hidden.new_empty((0, 0), dtype=torch.float32)
         rows = hidden.index_select(0, batch.sample_rows)
         allowed = batch.allowed() if batch.allowed is not None else None
         return self.model.compute_logits(rows, exact=not batch.meta.is_decode_only,
                                          allowed=allowed).float()
-
-
-class LayerwiseForward:
-    """A forward pass paused between decoder layers: the state to resume from is the hidden
-    state and residual after ``next_layer`` layers (each layer has already written its K/V).
-
-    ``seconds`` adds up the time spent in ``advance``, for the step-time model.
-    """
-
-    def __init__(self, runner: ModelRunner, batch: BatchInputs, hidden: torch.Tensor) -> None:
-        self.runner, self.batch = runner, batch
-        self.hidden: torch.Tensor = hidden  # [T, hidden]
-        self.residual: torch.Tensor | None = None
-        self.next_layer = 0
-        self.seconds = 0.0
-
-    @property
-    def done(self) -> bool:
-        return self.next_layer >= len(self.runner.model.layers)
-
-    def advance(self, stop: Callable[[], bool], min_layers: int = 1) -> bool:
-        """Run layers until the last one or until ``stop()`` is true (asked between layers,
-        after at least ``min_layers``); True when every layer has run."""
-        t0 = time.perf_counter()
-        model, batch = self.runner.model, self.batch
-        self.runner._set_threads(batch)  # per advance: a hot step in between may change them
-        with torch.inference_mode():
-            self.hidden, self.residual, ran = model.run_layers(
-                batch.positions, self.hidden, self.residual, self.runner.kv_caches, batch.meta,
-                self.next_layer, stop, min_layers)
-            self.next_layer += ran
-        self.seconds += time.perf_counter() - t0
-        return self.done
-
-    def logits(self) -> torch.Tensor:
-        """After the last layer: the sampling rows' float32 logits, as ``execute`` returns."""
-        if not self.done:
-            raise RuntimeError("the forward has layers left to run")
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            self.runner._select_packs(self.batch)  # a hot step in between may switch them
-            hidden = self.runner.model.norm_out(self.hidden, self.residual)
-            out = self.runner._logits(self.batch, hidden)
-            self.seconds += time.perf_counter() - t0
-            return out
