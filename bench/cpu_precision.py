@@ -61,7 +61,9 @@ MODES = ("float32", "mixed", "quant", "q8", "bfloat16")
 # down; o one part, t two, s selective): quant-two keeps both parts everywhere, "quant:...."
 # names any split ("quant:ttst" was quant's own until 2026-12-06); q8 is one part everywhere
 SPLIT_LETTERS = {"o": quant.ONE, "t": quant.TWO, "s": quant.SEL}
-NAMED_SPLITS = {"quant-two": (quant.TWO,) * 4}
+NAMED_SPLITS = {"quant-two": (quant.TWO,) * 4,
+                # quant with a long prompt's rows in two parts (kernels.packing), as before
+                "quant-ptwo": packing.QUANT_DECODE_SPLIT}
 
 
 def decode_split(mode: str) -> tuple[int, ...] | None:
@@ -165,12 +167,13 @@ MATMUL = {"mixed": torch.bfloat16, "quant": "quant", "q8": "q8"}
 
 def pack(model, mode: str, native_gemm: bool) -> None:
     """Pack ``model``'s projections for ``mode`` (float32, bfloat16: their own dtype)."""
-    saved = packing.QUANT_DECODE_SPLIT
-    packing.QUANT_DECODE_SPLIT = decode_split(mode) or saved
+    saved = packing.QUANT_DECODE_SPLIT, packing.LONG_PROMPT_ONE_PART
+    packing.QUANT_DECODE_SPLIT = decode_split(mode) or saved[0]
+    packing.LONG_PROMPT_ONE_PART = saved[1] and not mode.endswith("-ptwo")
     try:
         model.pack_linears(MATMUL.get(base_mode(mode)), native_gemm=native_gemm)
     finally:
-        packing.QUANT_DECODE_SPLIT = saved
+        packing.QUANT_DECODE_SPLIT, packing.LONG_PROMPT_ONE_PART = saved
 
 
 def load(mode: str):

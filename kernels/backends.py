@@ -52,14 +52,17 @@ class LayerBackend:
     """A layer's packed projections ``(qkv, o, gate_up, down)``: ``decode`` for decode steps,
     ``prompt`` (or the same) for steps with prompt tokens. ``one_call`` (every projection on
     Laser's own matmul, no QKV bias) lets a step run the whole layer as one C call; ``norms``
-    and ``shape`` are then what that call reads besides the packs."""
+    and ``shape`` are then what that call reads besides the packs. ``long_prompt`` (None: as
+    ``prompt``) serves steps whose prompt chunk is too long for the one-call layer
+    (``kernels.packing.LONG_PROMPT_ONE_PART``)."""
 
-    __slots__ = ("decode", "prompt", "one_call", "native", "norms", "shape")
+    __slots__ = ("decode", "prompt", "long_prompt", "one_call", "native", "norms", "shape")
 
     def __init__(self, decode: tuple = NO_PACKS, prompt: tuple | None = None,
                  one_call: bool = False, norms: tuple[torch.Tensor, torch.Tensor] | None = None,
                  shape: LayerShape | None = None) -> None:
         self.decode, self.prompt = decode, prompt
+        self.long_prompt: tuple | None = None
         self.norms, self.shape = norms, shape
         self.native: tuple[_cpu.LayerWeights, _cpu.LayerWeights] | None = None
         self.set_one_call(one_call)
@@ -72,9 +75,11 @@ class LayerBackend:
 
     def packs(self, meta) -> tuple:
         """The packed weights for this step: (qkv, o, gate_up, down)."""
-        if self.prompt is not None and not meta.is_decode_only:
-            return self.prompt
-        return self.decode
+        if meta.is_decode_only:
+            return self.decode
+        if self.long_prompt is not None and meta.max_query_len > NATIVE_CHUNK_ROWS:
+            return self.long_prompt
+        return self.decode if self.prompt is None else self.prompt
 
     def ops(self, hidden: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
             norm: torch.Tensor, meta) -> TorchOps:

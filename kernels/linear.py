@@ -35,8 +35,37 @@ QUANT = MatmulMode.QUANT  # the GGUF's quantized blocks, two-part activations (o
 Q8 = MatmulMode.Q8  # the same with one int8 part in decode steps (llama.cpp's arithmetic):
 # faster in large batches, but it changed 4 of bench/cpu_precision.py's 8 answers
 QUANT_MODES = (QUANT, Q8)
+
+
+class RowSplitQuant:
+    """A quantized weight for a long prompt chunk's step (``kernels.packing``): rows
+    ``[0, one_rows)`` (the step's decode rows) multiply on ``decode`` (the decode steps' split,
+    so their bits do not depend on the prompt beside them), the prompt rows after them on
+    ``prompt`` (one int8 part, as llama.cpp quantises its activations)."""
+
+    __slots__ = ("decode", "prompt")
+    dtype = torch.float32
+
+    def __init__(self, decode: quant.PackedQuant, prompt: quant.PackedQuant) -> None:
+        self.decode, self.prompt = decode, prompt
+
+    @property
+    def in_features(self) -> int:
+        return self.prompt.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.prompt.out_features
+
+    def gemm(self, x: torch.Tensor, one_rows: int) -> torch.Tensor:
+        if not one_rows:
+            return quant.gemm_q(x, self.prompt, torch.float32)
+        return torch.cat([quant.gemm_q(x[:one_rows], self.decode, torch.float32),
+                          quant.gemm_q(x[one_rows:], self.prompt, torch.float32)])
+
+
 # a projection's packed copy: oneDNN's (a tensor), Laser's bfloat16 or quantized one, or none
-Pack = torch.Tensor | _cpu.PackedBF16 | quant.PackedQuant | None
+Pack = torch.Tensor | _cpu.PackedBF16 | quant.PackedQuant | RowSplitQuant | None
 
 
 def quant_supported() -> bool:
@@ -105,10 +134,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = 
     ``raw`` returns that product (without a bias) as oneDNN gives it, in bfloat16, for a
     consumer that reads bfloat16 (the C kernels) instead of converting it to float32 here, and
     a bfloat16 ``packed`` also takes a bfloat16 ``x`` as it is. ``one_rows``: a quantized
-    ``packed`` for prompt steps takes its first rows in one part (``quant.gemm_q``).
+    ``packed`` for prompt steps takes its first rows (the step's decode rows) as a decode
+    step does (``quant.gemm_q``, :class:`RowSplitQuant`).
     """
     if isinstance(packed, quant.PackedQuant):
         out = quant.gemm_q(x, packed, torch.float32, one_rows=one_rows)
+        return out if bias is None else out.add_(bias)
+    if isinstance(packed, RowSplitQuant):
+        out = packed.gemm(x, one_rows)
         return out if bias is None else out.add_(bias)
     if isinstance(packed, _cpu.PackedBF16):
         raw_out = raw and bias is None and not packed.split

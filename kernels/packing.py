@@ -45,6 +45,7 @@ from kernels.choice import MatmulMode
 from kernels.dispatch import use_native
 from kernels.linear import (
     Pack,
+    RowSplitQuant,
     bf16_matmul_supported,
     pack_linear_weight,
     pack_quant_weight,
@@ -117,6 +118,15 @@ def pack_model(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufB
 QUANT_DECODE_SPLIT = (SEL, SEL, SEL, TWO)
 
 
+# Steps with a prompt chunk longer than ``kernels.layer_ops.NATIVE_CHUNK_ROWS`` (a long prompt's
+# prefill, run op by op) quantise the prompt rows' activations in one int8 part, as llama.cpp
+# does, the step's decode rows as a decode step (``RowSplitQuant``): in two parts a 2,000-token
+# prefill's matmuls took 2.2x the CPU time (bench/model_forward.py), for a prefill perplexity
+# within 1 % of llama.cpp's either way (docs/benchmarks.md). Shorter chunks (the one-call C
+# layer) keep two parts. False: every prompt step keeps two parts.
+LONG_PROMPT_ONE_PART = True
+
+
 def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks: GgufBlocks | None,
                 shape: LayerShape, split_decode: bool) -> Packing:
     backends = []
@@ -128,7 +138,11 @@ def _pack_quant(layers: list[LayerParams], head: torch.Tensor, head_blocks: Gguf
         # prompt rows in two parts; decode rows beside them as in a decode step (the C layer)
         prompt = tuple(p.split_view({ONE: PROMPT_TWO, SEL: PROMPT_SEL}.get(p.split, TWO))
                        for p in decode)
-        backends.append(LayerBackend(decode, prompt, layer.qkv_bias is None and layer.plain,
-                                     layer.norms, shape))
+        backend = LayerBackend(decode, prompt, layer.qkv_bias is None and layer.plain,
+                               layer.norms, shape)
+        if LONG_PROMPT_ONE_PART:
+            backend.long_prompt = tuple(p if p.split == ONE else
+                                        RowSplitQuant(p, p.split_view(ONE)) for p in decode)
+        backends.append(backend)
     return Packing(backends, pack_linear_weight(head), pack_quant_weight(head, head_blocks),
                    quantized=True)
