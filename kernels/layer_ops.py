@@ -6,8 +6,9 @@ model one of them for each step; the model calls the same methods in the same or
 The ops only some families use (``inference.model.arch``): ``norm`` (Gemma's norms around
 attention and MLP), ``qk_norm`` (Qwen 3, Gemma 3), ``gate_and_mul`` with ``gelu_tanh``
 (GeGLU), and ``attention`` with a sliding window or soft-capped scores
-(``kernels.window_attention``): Triton on CUDA, the PyTorch reference elsewhere, on the C
-kernels' op set too except where a C kernel already does the same math (the norms).
+(``kernels.window_attention``): Triton on CUDA, the PyTorch reference elsewhere; on the C
+kernels' op set the norms and the GeGLU run in C, the q/k norms and windowed or capped
+attention on the references.
 
 Projections are named by index (``QKV``, ``O_PROJ``, ``GATE_UP``, ``DOWN``): the op set holds the
 step's packed copy of each (see ``kernels.backends``), the model passes the plain weight.
@@ -138,6 +139,9 @@ class CpuOps(TorchOps):
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return _cpu.silu_and_mul(x, self.act)
+
+    def gate_and_mul(self, x: torch.Tensor, activation: str) -> torch.Tensor:
+        return _cpu.silu_and_mul(x, self.act, gelu=activation == "gelu_tanh")
 
     def rope_write_kv(self, qkv: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor,
                       kv_cache: tuple[torch.Tensor, torch.Tensor], slots: torch.Tensor,

@@ -46,7 +46,7 @@ SIGNATURES = {
                             _int, _ptr),
     "laser_paged_attention": (_ptr, _ptr, _ptr, _int, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64,
                               _i64, _i64, _f32, _ptr, _int, _int),
-    "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int),
+    "laser_silu_and_mul": (_ptr, _int, _i64, _i64, _ptr, _int, _int),
     "laser_pack_bf16": (_ptr, _i64, _i64, _ptr),
     "laser_gemm_bf16": (_ptr, _int, _i64, _i64, _ptr, _i64, _ptr, _int, _int),
     "laser_gemm_bf16_supported": (),
@@ -228,15 +228,16 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """``kernels.silu_and_mul`` of ``x`` ``[T, 2 I]``, the result ``[T, I]`` in ``out_dtype``."""
+def silu_and_mul(x: torch.Tensor, out_dtype: torch.dtype, gelu: bool = False) -> torch.Tensor:
+    """``kernels.silu_and_mul`` of ``x`` ``[T, 2 I]`` (``gelu``: ``kernels.gelu_and_mul``),
+    the result ``[T, I]`` in ``out_dtype``."""
     _check(x, "x", *_ACTS)
     num_tokens, width = x.shape
     if width % 2:
         raise ValueError(f"silu_and_mul: last dim {width} is odd")
     out = torch.empty((num_tokens, width // 2), dtype=out_dtype)
     loaded().laser_silu_and_mul(x.data_ptr(), DTYPES[x.dtype], num_tokens, width // 2,
-                                 out.data_ptr(), DTYPES[out_dtype])
+                                 out.data_ptr(), DTYPES[out_dtype], int(gelu))
     return out
 
 

@@ -79,11 +79,13 @@ void laser_rope_write_kv(const void *qkv, int dtype, int64_t T, int64_t H, int64
 }
 
 
-/* out[t] = silu(gate) * up for x[t] = [gate | up] ([T, 2 I] in x_dtype; out [T, I]). */
+/* out[t] = silu(gate) * up for x[t] = [gate | up] ([T, 2 I] in x_dtype; out [T, I]); with
+ * gelu, tanh-GELU(gate) * up (GeGLU): 0.5 g (1 + tanh(z)) = g / (1 + exp(-2 z)),
+ * z = sqrt(2 / pi) (g + 0.044715 g^3). */
 typedef struct {
     const char *x;
     char *out;
-    int x_dtype, out_dtype;
+    int x_dtype, out_dtype, gelu;
     int64_t T, I, rows; /* rows a task */
 } silu_job;
 
@@ -93,9 +95,16 @@ static void silu_task(void *arg, int64_t task) {
     float *row = (float *)malloc((size_t)(2 * I) * 4);
     for (int64_t t = t0; t < t1; t++) {
         load_row(j->x + (size_t)(t * 2 * I) * elem_size(j->x_dtype), j->x_dtype, 2 * I, row);
-        for (int64_t i = 0; i < I; i++) {
-            float g = row[i];
-            row[i] = g / (1.0f + fast_exp(-g)) * row[I + i];
+        if (j->gelu) {
+            for (int64_t i = 0; i < I; i++) {
+                float g = row[i], z = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+                row[i] = g / (1.0f + fast_exp(-2.0f * z)) * row[I + i];
+            }
+        } else {
+            for (int64_t i = 0; i < I; i++) {
+                float g = row[i];
+                row[i] = g / (1.0f + fast_exp(-g)) * row[I + i];
+            }
         }
         store_row(row, I, j->out + (size_t)(t * I) * elem_size(j->out_dtype), j->out_dtype);
     }
@@ -105,15 +114,15 @@ static void silu_task(void *arg, int64_t task) {
 /* over the pool's threads, a few rows a task (64-row decode steps spent 5 % of their time
  * here on one thread while the other core waited) */
 static void silu_and_mul(const void *x, int x_dtype, int64_t T, int64_t I, void *out,
-                         int out_dtype, int threads) {
+                         int out_dtype, int gelu, int threads) {
     int64_t rows = T < 8 ? 1 : T / 8;
-    silu_job j = {(const char *)x, (char *)out, x_dtype, out_dtype, T, I, rows};
+    silu_job j = {(const char *)x, (char *)out, x_dtype, out_dtype, gelu, T, I, rows};
     laser_pool_run(silu_task, &j, (T + rows - 1) / rows, threads);
 }
 
 void laser_silu_and_mul(const void *x, int x_dtype, int64_t T, int64_t I, void *out,
-                        int out_dtype) {
-    silu_and_mul(x, x_dtype, T, I, out, out_dtype, 1);
+                        int out_dtype, int gelu) {
+    silu_and_mul(x, x_dtype, T, I, out, out_dtype, gelu, 1);
 }
 
 /* ---- bfloat16 matmul -----------------------------------------------------------------------
@@ -329,7 +338,7 @@ void laser_decoder_layer(const void *x, int x_dtype, float *residual, int first,
     layer_matmul(w[1], fmts[1], attn, act, T, H * D, hidden, proj, threads, single);
     laser_add_rms_norm(proj, act, residual, post_norm, eps, T, hidden, normed, act);
     layer_matmul(w[2], fmts[2], normed, act, T, hidden, 2 * I, wide, threads, single);
-    silu_and_mul(wide, act, T, I, proj, act, threads);
+    silu_and_mul(wide, act, T, I, proj, act, 0, threads);
     layer_matmul(w[3], fmts[3], proj, act, T, I, hidden, out, threads, single);
     free(proj);
     free(attn);

@@ -1,5 +1,5 @@
 """Sliding-window, soft-capped paged attention and GeGLU: the references against dense oracles,
-the Triton kernels (interpreter) against the references."""
+the Triton kernels (interpreter) and the C GeGLU against them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels import _cpu
 from kernels._triton.activation import gelu_and_mul_triton
 from kernels._triton.window_attention import paged_window_attention_triton
 from kernels.activation import gelu_and_mul_reference
@@ -80,3 +81,6 @@ def test_gelu_and_mul(rows, d, dtype, tol):
     want = (F.gelu(x[:, :d].double(), approximate="tanh") * x[:, d:].double())
     assert rel_err(gelu_and_mul_reference(x), want) <= tol
     assert rel_err(gelu_and_mul_triton(x), want) <= tol
+    if _cpu.library() is not None and dtype == torch.float32:
+        assert rel_err(_cpu.silu_and_mul(x, dtype, gelu=True), want) <= tol
+        assert abs(_cpu.silu_and_mul(torch.tensor([[-100.0, 1.0]]), dtype, gelu=True)) < 1e-30

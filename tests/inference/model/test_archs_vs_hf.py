@@ -106,3 +106,13 @@ def test_quantized_packing_keeps_each_family(tiny):
     if not model.quantized:
         pytest.skip("the quantized matmul does not serve here")
     assert rel_diff(laser_logits(model), want) <= 0.05
+
+
+def test_reference_path_matches_transformers(tiny, monkeypatch):
+    """The plain PyTorch ops (``LASER_KERNELS=reference``), beside the C kernels above."""
+    from tests.kernels.backend import use_backend
+
+    _, path, _, want = tiny
+    model = load_model(path, use_cache=False).model
+    use_backend(monkeypatch, "reference")
+    assert rel_diff(laser_logits(model), want) <= REL_TOL
