@@ -66,13 +66,15 @@ class _Replica(_Run):
         super().__init__([], cfg, cost, build_scheduler(cfg, cost, True), None)
         self.acc, self.work = acc, work
         self.ids: list[int] = []  # trace index in the cluster's trace, per local index
+        self.hashes: dict[str, list[int]] = {}  # seq id -> its prompt's block hashes
         self.hot_capacity = _hot_capacity(cost, cfg)
         self.prefill_tps = cfg.max_num_batched_tokens / cost.plan_time(
             ((0, cfg.max_num_batched_tokens),))
 
-    def offer(self, index: int, req: TraceRequest) -> None:
+    def offer(self, index: int, req: TraceRequest, seq: Sequence, hashes: list[int]) -> None:
         self.trace.append(req)
         self.ids.append(index)
+        self.hashes[seq.seq_id] = hashes
 
     def _arrive(self, index: int, req: TraceRequest) -> None:
         super()._arrive(self.ids[index], req)
@@ -94,9 +96,14 @@ class _Replica(_Run):
             self._step()
 
     def load(self, now: float) -> ReplicaLoad:
+        """What the replica publishes; a waiting prompt counts without the blocks it will
+        find in the cache (as the engine's replica publishes it)."""
         hot = hot_prefill = prefill = 0
+        kv = self.s.kv
         for q in itertools.chain(self.s.running, self.s.waiting):
-            left = max(0, q.num_prompt_tokens - q.num_computed_tokens)
+            done = q.num_computed_tokens or kv.block_size * leading_hits(
+                self.hashes.get(q.seq_id, ()), kv._cached)
+            left = max(0, q.num_prompt_tokens - done)
             prefill += left
             if q.tier is Tier.HOT:
                 hot += 1
@@ -147,9 +154,10 @@ def simulate_cluster(trace: list[TraceRequest], cc: ClusterConfig, *,
                 loads[i] = rep.load(now)
         seq = work.ready[index] = Workload.sequence(work, index, req)
         r0 = time.process_time()
-        pick = _route(router, seq, req, reps, loads, now, cfg.block_size)
+        hashes = prefix_hashes(seq.prompt_token_ids, seq.salt, cfg.block_size)
+        pick = _route(router, hashes, req, seq, reps, loads, now)
         router_s += time.process_time() - r0
-        reps[pick].offer(index, req)
+        reps[pick].offer(index, req, seq, hashes)
     end = (trace[-1].arrival_s if trace else 0.0) + cfg.drain_s
     for rep in reps:
         rep.advance(end)
@@ -159,9 +167,8 @@ def simulate_cluster(trace: list[TraceRequest], cc: ClusterConfig, *,
                          time.process_time() - c0)
 
 
-def _route(router: ClusterRouter, seq: Sequence, req: TraceRequest, reps: list[_Replica],
-           loads: list[ReplicaLoad], now: float, block_size: int) -> int:
-    hashes = prefix_hashes(seq.prompt_token_ids, seq.salt, block_size)
+def _route(router: ClusterRouter, hashes: list[int], req: TraceRequest, seq: Sequence,
+           reps: list[_Replica], loads: list[ReplicaLoad], now: float) -> int:
     hits = ([leading_hits(hashes, r.s.kv._cached) for r in reps] if router.needs_hits
             else [0] * len(reps))
     rr = RouteRequest(req.tier, req.prompt_tokens, hashes, seq.targets.ttft_p99_s or 0.0)

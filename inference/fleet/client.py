@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
 from typing import Any
 
 from inference.engine.stats import EngineStats
@@ -101,6 +102,7 @@ class RayEngineClient:
         self._streams: dict[str, RayStream] = {}
         self._stats = EngineStats(ready=False)
         self.migrations = 0
+        self.routed: Counter[str] = Counter()  # requests started per replica id
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -135,6 +137,7 @@ class RayEngineClient:
         stream = self._streams[request.request_id] = RayStream(self, request, prompt_ids,
                                                                  response)
         stream.replicas.append(replica)
+        self.routed[replica] += 1
         return stream
 
     async def _start(self, request: EngineRequest, prompt_ids: list[int]) -> tuple[Any, str]:

@@ -8,9 +8,11 @@ processes). Per request the router weighs three things:
 - the prefix-cache hit: leading blocks of the prompt a replica holds save their prefill;
 - the load per tier: queued hot prefill delays a hot first token, hot streams past the
   replica's ``hot_capacity`` stretch every hot TBT;
-- the tier's contract: hot goes to the best-cached replica among those where its TTFT and TBT
-  hold (so a conversation stays with its KV unless that replica is hot-saturated); warm to the
-  earliest first token; cold fills where hot is light.
+- the tier's contract: hot goes, among replicas with room for another hot stream within hot's
+  TBT (``hot_capacity``), to the earliest estimated first token, its cached prefix discounted:
+  a conversation stays with its KV unless that replica is hot-saturated or its queue costs
+  more than the prefill the cache saves. Warm goes to the earliest first token; cold fills
+  where hot is light.
 
 Stats older than ``stale_s`` are not trusted: with none fresh, the router falls back to a
 rendezvous hash of the prompt's first block (or round robin), which needs no stats at all.
@@ -115,13 +117,12 @@ class LaserRouter:
     def _hot(self, req: RouteRequest, loads: Sequence[ReplicaLoad], hits: Sequence[int],
              fresh: list[int]) -> int:
         ttft = {i: self._ttft(req, i, loads[i], hits[i], hot=True) for i in fresh}
-        holds = [i for i in fresh if ttft[i] <= req.ttft_budget_s
-                 and self._hot_count(i, loads[i]) < loads[i].hot_capacity]
-        if holds:  # the best-cached replica where the contract holds; then the earliest
-            return min(holds, key=lambda i: (-hits[i], ttft[i], self._hot_count(i, loads[i])))
-        # nowhere holds: the least hot-crowded, then the earliest first token
-        return min(fresh, key=lambda i: (self._hot_count(i, loads[i]) / loads[i].hot_capacity,
-                                         ttft[i]))
+        count = {i: self._hot_count(i, loads[i]) for i in fresh}
+        room = [i for i in fresh if count[i] < loads[i].hot_capacity]
+        if room:  # the earliest first token, the cached prefix discounted; then the cache
+            return min(room, key=lambda i: (ttft[i], -hits[i], count[i]))
+        # every replica hot-saturated: the least crowded, then the earliest first token
+        return min(fresh, key=lambda i: (count[i] / loads[i].hot_capacity, ttft[i]))
 
     def _cold(self, req: RouteRequest, loads: Sequence[ReplicaLoad], hits: Sequence[int],
               fresh: list[int]) -> int:

@@ -74,8 +74,11 @@ class EngineReplica:
         with core._lock:  # the step thread mutates the scheduler and the cache
             s = core.scheduler
             hot = hot_prefill = prefill = 0
+            bs = s.kv.block_size
             for q in [*s.in_flight(), *s.waiting]:
-                left = max(0, q.num_prompt_tokens - q.num_computed_tokens)
+                done = q.num_computed_tokens or bs * leading_hits(
+                    prefix_hashes(q.prompt_token_ids, q.salt, bs), s.kv._cached)
+                left = max(0, q.num_prompt_tokens - done)
                 prefill += left
                 if q.tier is Tier.HOT:
                     hot, hot_prefill = hot + 1, hot_prefill + left

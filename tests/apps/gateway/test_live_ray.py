@@ -1,11 +1,13 @@
-"""The engine on a local Ray cluster (two nodes of one CPU): Laser's router spreads requests
-over the replicas, keeps a conversation with its KV cache, and a replica killed mid-stream
-leaves every stream complete and token-identical (float32, greedy) to an undisturbed run."""
+"""The engine on a local Ray cluster (two nodes of one CPU), through the gateway and directly:
+Laser's router spreads requests over the replicas, keeps a conversation with its KV cache, and a
+replica killed mid-stream leaves every stream complete and token-identical (float32, greedy) to
+an undisturbed run."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,6 +39,7 @@ def fleet(tmp_path_factory):
               "max_model_len": MAX_MODEL_LEN, "max_num_batched_tokens": 256,
               "max_num_seqs": 16, "num_threads": 1}
     handle = deploy(config, num_replicas=2, num_cpus=1.0, stats_period_s=0.3)
+    time.sleep(2.0)  # both replicas publish their stats once before the first request
     yield RayEngineClient(handle=handle)
     serve.shutdown()
     ray.shutdown()
@@ -106,3 +109,36 @@ def test_a_replica_killed_mid_stream_leaves_every_stream_complete_and_identical(
     assert tokens == [t for _, t, _ in calm]
     assert fleet.migrations >= 1
     assert any(len(s.replicas) == 2 for s in streams)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_openai_sdk_spreads_over_replicas_and_a_second_turn_hits_the_cache(
+        fleet, laser_server, contracted):
+    import openai
+
+    from apps.gateway.engine_client import set_engine_client
+
+    old = set_engine_client(fleet)
+    try:
+        client = openai.OpenAI(base_url=f"{laser_server.url}/v1", api_key=contracted()[2],
+                               max_retries=0, timeout=120)
+        model = "smollm2-135m-instruct"
+
+        def ask(messages, n=8):
+            return client.chat.completions.create(model=model, messages=messages,
+                                                  max_tokens=n, temperature=0)
+
+        before = dict(fleet.routed)
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda i: ask([{"role": "user", "content": f"hi {i}"}]),
+                                    range(6)))
+        assert all(a.choices[0].finish_reason == "length" for a in answers)
+        assert sum(n > before.get(r, 0) for r, n in fleet.routed.items()) == 2
+        chat = [{"role": "user", "content": "tell me a story about a cat " * 6}]
+        first = ask(chat, 16)
+        time.sleep(1.0)  # the replicas publish their cached blocks
+        chat += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "and then?"}]
+        assert ask(chat).usage.prompt_tokens_details.cached_tokens > 0
+    finally:
+        set_engine_client(old)
