@@ -14,6 +14,7 @@ until it completes and its tokens are sampled as if it had never stopped.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -36,12 +37,14 @@ from .config import EngineConfig
 from .contention import CpuContention
 from .grammar import GrammarMasks, grammar_masks
 from .intake import PromptEncoder
-from .memory import IdleTrim, check_fits, checkpoint_bytes
+from .memory import IdleTrim, check_fits, checkpoint_bytes, pool_summary
 from .outputs import abort_deltas, make_state
 from .runner import BatchInputs, ModelRunner
 from .sampler import Sampler, SamplingRow
 from .stats import EngineStats, StepMeter, engine_stats
 from .step_state import PausedForward, PlannedStep
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from inference.loaders import LoadedModel
@@ -83,6 +86,8 @@ class LLMEngine:
         self.max_model_len = min(sched_config.max_model_len, num_blocks * config.block_size)
         if self.max_model_len < sched_config.max_model_len:
             sched_config = replace(sched_config, max_model_len=self.max_model_len)
+        log.info(pool_summary(num_blocks, config.block_size, per_block, kv_dtype,
+                              self.max_model_len, loaded.config.max_position))
         self.scheduler: SchedulingPolicy = make_scheduler(
             config.policy, sched_config, kv, **config.policy_options(len(model.layers)))
         self.pauser = layer_pausing(self.scheduler)  # its layer-pause hooks, asked once

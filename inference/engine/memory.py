@@ -92,3 +92,18 @@ def checkpoint_bytes(source: str | None) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.glob("*.safetensors"))
     return 0
+
+
+def pool_summary(num_blocks: int, block_size: int, per_block: int, kv_dtype: object,
+                 max_model_len: int, model_context: int,
+                 available: int | None = None) -> str:
+    """The start-up line that states the KV pool: its blocks, tokens and bytes, the longest
+    sequence it serves (the model's context, or less where the pool is smaller) and the
+    memory available beside it."""
+    available = available_bytes() if available is None else available
+    free = "unknown" if available is None else f"{available / _GIB:.1f} GiB"
+    capped = "" if max_model_len >= model_context else \
+        f" (the model's context {model_context}, capped by the pool or the configuration)"
+    return (f"KV pool: {num_blocks} blocks of {block_size} tokens = {num_blocks * block_size} "
+            f"tokens, {num_blocks * per_block / 2**20:.0f} MiB of {kv_dtype}; longest "
+            f"sequence {max_model_len} tokens{capped}; memory available {free}")

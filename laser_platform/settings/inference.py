@@ -8,9 +8,9 @@ reads no environment itself. The README's configuration table lists exactly thes
 Defaults are the platform's, chosen for ``make run`` on a CPU; ``EngineConfig``'s own defaults
 are the same wherever the bare engine (CLI, benchmarks) has no reason to differ. On purpose they
 differ in: the model (the bundled one by name here, None there), the device (``auto`` here),
-``LASER_MATMUL_DTYPE`` (``auto`` here, exact float32 there), ``LASER_MAX_MODEL_LEN`` (2,048 here,
-the model's context there), the thread counts (one core left to the event loop here) and the
-KV memory (2 GiB here for 64 streams, 256 MB for a bare engine: it is allocated at start).
+``LASER_MATMUL_DTYPE`` (``auto`` here, exact float32 there), the thread counts (one core left
+to the event loop here) and the KV memory (2 GiB here for 64 streams, 256 MB for a bare
+engine: it is allocated at start).
 """
 
 from __future__ import annotations
@@ -94,8 +94,9 @@ LASER_KV_MEMORY_MB: int = env("LASER_KV_MEMORY_MB", 2048, count)
 LASER_KV_BLOCK_SIZE: int = env("LASER_KV_BLOCK_SIZE", 16, count)
 # Sequences one step may run: one key can hold 64 streams with room for a second tenant.
 LASER_MAX_NUM_SEQS: int = env("LASER_MAX_NUM_SEQS", 128, count)
-# Longest prompt + output; unset would be the model's context (8,192 for SmolLM2).
-LASER_MAX_MODEL_LEN: int = env("LASER_MAX_MODEL_LEN", 2048, count)
+# Longest prompt + output; unset: the model's context (8,192 for SmolLM2), capped by what the
+# KV pool holds (the engine states both at start), so a long prompt is served, not refused.
+LASER_MAX_MODEL_LEN: int | None = env("LASER_MAX_MODEL_LEN", None, count)
 # Token budget of one step (prefill chunks plus decodes).
 LASER_MAX_BATCH_TOKENS: int = env("LASER_MAX_BATCH_TOKENS", 2048, count)
 # Most prompt tokens one sequence advances per step; unset: the whole step budget.

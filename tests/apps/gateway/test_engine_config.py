@@ -15,7 +15,7 @@ from inference.scheduler import POLICIES
 from laser_platform.settings import inference as table
 
 # Defaults that differ on purpose (laser_platform/settings/inference.py says why).
-PLATFORM_ONLY = {"model", "device", "matmul_dtype", "max_model_len", "num_threads",
+PLATFORM_ONLY = {"model", "device", "matmul_dtype", "num_threads",
                  "wide_threads", "kv_memory_mb"}
 
 

@@ -56,3 +56,22 @@ def test_a_model_or_pool_that_does_not_fit_is_refused_with_its_needs(tmp_path, m
     monkeypatch.setattr(memory, "available_bytes", lambda: 1024)
     with pytest.raises(InsufficientMemory, match="the KV cache needs"):
         make_engine()
+
+
+def test_the_engine_states_its_kv_pool_and_longest_sequence_at_start(caplog, monkeypatch):
+    from inference.engine import memory
+    from inference.engine.memory import pool_summary
+
+    line = pool_summary(10, 16, 2048, "torch.float16", 160, 8192, available=3 << 30)
+    assert line.startswith("KV pool: 10 blocks of 16 tokens = 160 tokens, 0 MiB of torch.float16")
+    assert "longest sequence 160 tokens (the model's context 8192, capped" in line
+    assert line.endswith("memory available 3.0 GiB")
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)
+    whole = pool_summary(600, 16, 2048, "f", 8192, 8192)
+    assert "longest sequence 8192 tokens;" in whole and "unknown" in whole
+    monkeypatch.undo()
+    with caplog.at_level("INFO", logger="inference.engine.llm_engine"):
+        engine = make_engine(num_blocks=16)  # 64 slots: the tiny model's context is longer
+    stated = [r.getMessage() for r in caplog.records if r.getMessage().startswith("KV pool")]
+    assert stated and f"longest sequence {engine.max_model_len} tokens" in stated[0]
+    assert "16 blocks" in stated[0]
