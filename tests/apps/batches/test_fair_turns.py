@@ -44,7 +44,7 @@ def test_a_rate_paced_batch_hands_the_worker_to_another_tenants_batch(
     settings.LASER_COLD_MIN_DEADLINE_S = 1
     # the limiter counts fixed minutes: its clock stays mid-minute, so no window ends mid-test
     mid_minute = time.time() // 60 * 60 + 30
-    monkeypatch.setattr(admission, "time", SimpleNamespace(time=lambda: mid_minute))
+    monkeypatch.setattr(admission, "clock", lambda: mid_minute)
     slow = _tenant(tenant_factory, api_key_factory, requests_per_min=1)
     paced = _create(slow, upload, 3, "s")
     other = _create(cold, upload, 2, "o")
