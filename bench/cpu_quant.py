@@ -4,6 +4,8 @@
                                         [--isa avx2] [--parts 2] [--rounds 5]
     .venv/bin/python bench/cpu_quant.py --step [--vs /tmp/old.so] [--rows 1,16,64]
                                         [--threads 2] [--spin 25]
+    .venv/bin/python bench/cpu_quant.py --formats Q8_0,Q4_1,Q4_K,Q5_K,Q6_K,Q5_0,Q5_1
+                                        [--rows 1,16] [--threads 1,2] [--parts 1]
 
 The bundled model's shapes and formats (fused QKV, O, gate-up, down as Q4_1; the LM head as
 Q8_0), random weights in those blocks, float32 activations in and out, as the engine calls
@@ -21,6 +23,11 @@ layer its own weights, 50 MB of Q4_1, then the 28 MB Q8_0 head: they stream from
 the engine), one thread (CPU time) or, with ``--threads N``, the pool's N (wall time; its
 workers poll ``--spin`` microseconds after each call, the engine's ``LASER_POOL_SPIN_US``), each
 build in turn per round; writes ``bench/out/cpu_quant_step.json``.
+
+``--formats``: every named block format on one shape (a ~1B Llama's gate-up, 8 copies each
+so that they stream from memory), the formats side by side in each round: ms a pass, GB/s of
+packed weights read, bits a weight as packed and the time against Q8_0's and Q4_1's; writes
+``bench/out/cpu_quant_formats.json``.
 """
 
 from __future__ import annotations
@@ -56,20 +63,27 @@ def load(path: str | None) -> ctypes.CDLL:
     return lib
 
 
+# where a GGUF block keeps its float16 scale(s): d (and m / dmin)
+SCALE_AT = {quant.Q4_0: (0,), quant.Q4_1: (0, 2), quant.Q5_0: (0,), quant.Q5_1: (0, 2),
+            quant.Q8_0: (0,), quant.Q4_K: (0, 2), quant.Q5_K: (0, 2), quant.Q6_K: (208,)}
+
+
 def random_blocks(n: int, k: int, fmt: int, rng: np.random.Generator) -> np.ndarray:
     """GGUF rows of random values with sane float16 scales."""
-    nb, size = k // 32, quant.GGUF_BLOCK_BYTES[fmt]
+    width, size = quant.GGUF_BLOCKS[fmt]
+    nb = k // width
     raw = rng.integers(0, 256, (n * nb, size), dtype=np.uint8)
-    raw[:, 0:2] = (rng.random((n * nb, 1)) * 0.01 + 0.001).astype(np.float16).view(np.uint8)
-    if fmt == Q4_1:
-        raw[:, 2:4] = (-rng.random((n * nb, 1)) * 0.05).astype(np.float16).view(np.uint8)
+    for i, at in enumerate(SCALE_AT[fmt]):
+        scale = (rng.random((n * nb, 1)) * 0.01 + 0.001) * (-5 if i else 1)
+        raw[:, at:at + 2] = scale.astype(np.float16).view(np.uint8)
     return raw
 
 
 def packed(lib: ctypes.CDLL, raw: np.ndarray, fmt: int, n: int, k: int) -> torch.Tensor:
     src = torch.from_numpy(raw.reshape(-1))
-    data = torch.empty(lib.laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // 32),
-                       dtype=torch.uint8)
+    size = (lib.laser_q_packed_bytes(fmt, n, k) if hasattr(lib, "laser_q_packed_bytes")
+            else lib.laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // 32))
+    data = torch.empty(size, dtype=torch.uint8)
     lib.laser_pack_q(src.data_ptr(), fmt, n, k, data.data_ptr())
     return data
 
@@ -122,6 +136,47 @@ def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts:
         {"parts": parts, "rounds": rounds, "results": results}, indent=1))
 
 
+# --formats: a Llama-3-1B-shaped gate-up projection (16384 x 2048), LAYERS distinct copies
+# per format (over 100 MB in every format: they stream from memory, as in a decode step)
+FORMAT_SHAPE, LAYERS = (16384, 2048), 8
+
+
+def formats(lib: ctypes.CDLL, fmts: list[int], rows_list: list[int], threads_list: list[int],
+            rounds: int, parts: int) -> list[dict]:
+    """Each format's LAYERS matmuls in turn, every format once per round (side by side):
+    ms a pass, GB/s of packed weight bytes read, and time against Q8_0's and Q4_1's."""
+    rng = np.random.default_rng(0)
+    n, k = FORMAT_SHAPE
+    weights = {f: [packed(lib, random_blocks(n, k, f, rng), f, n, k) for _ in range(LAYERS)]
+               for f in fmts}
+    results = []
+    print(f"{'format':>6} {'rows':>4} {'thr':>3} {'ms':>8} {'GB/s':>6} {'bits/w':>6} "
+          f"{'xQ8_0':>6} {'xQ4_1':>6}")
+    for rows in rows_list:
+        x, out = torch.randn(rows, k), torch.empty(rows, n)
+        for threads in threads_list:
+            clock = time.thread_time if threads == 1 else time.perf_counter
+            times: dict[int, list[float]] = {f: [] for f in fmts}
+            for _ in range(rounds):
+                for f in fmts:
+                    def run(f: int = f) -> None:
+                        for w in weights[f]:
+                            lib.laser_gemm_q(x.data_ptr(), 0, rows, k, w.data_ptr(), f, n,
+                                             out.data_ptr(), 0, threads, parts - 1, 0)
+                    times[f].append(timed(run, clock, 0.2))
+            med = {f: statistics.median(v) for f, v in times.items()}
+            for f in fmts:
+                nbytes = sum(w.numel() for w in weights[f])
+                rel = [med[f] / med[b] if b in med else float("nan")
+                       for b in (quant.Q8_0, quant.Q4_1)]
+                print(f"{quant.FORMATS[f]:>6} {rows:>4} {threads:>3} {med[f]:8.2f} "
+                      f"{nbytes / med[f] / 1e6:6.1f} {8 * nbytes / LAYERS / n / k:6.2f} "
+                      f"{rel[0]:6.2f} {rel[1]:6.2f}", flush=True)
+                results.append({"fmt": quant.FORMATS[f], "rows": rows, "threads": threads,
+                                "ms": med[f], "bytes": nbytes, "all_ms": times[f]})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vs", help="another build of the kernels (.so) to alternate with")
@@ -133,6 +188,8 @@ def main() -> None:
     parser.add_argument("--parts", type=int, choices=(1, 2), default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--step", action="store_true", help="a whole decode step's matmuls")
+    parser.add_argument("--formats", help="each of these formats side by side (e.g. "
+                        "Q8_0,Q4_1,Q4_K,Q5_K,Q6_K,Q5_0,Q5_1) on a 1B model's gate-up shape")
     parser.add_argument("--spin", type=int, default=25,
                         help="microseconds the pool's workers poll after a call")
     args = parser.parse_args()
@@ -152,6 +209,18 @@ def main() -> None:
         print(f"path {isa}, parts {args.parts}, rounds {args.rounds}, " + (
             "one thread, CPU time" if threads == 1 else f"{threads} threads, wall time"))
         return step(libs, rows_list, args.rounds, args.parts, threads)
+    if args.formats:
+        names = {v: f for f, v in quant.FORMATS.items()}
+        threads_list = [int(t) for t in (args.threads or "1").split(",")]
+        print(f"path {isa}, parts {args.parts}, rounds {args.rounds}, {LAYERS} x "
+              f"{FORMAT_SHAPE} per format; ms a pass, median (1 thread: CPU time)")
+        found = formats(libs["new"], [names[f] for f in args.formats.split(",")], rows_list,
+                        threads_list, args.rounds, args.parts)
+        out_dir = Path(__file__).resolve().parent / "out"
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / "cpu_quant_formats.json").write_text(json.dumps(
+            {"isa": isa, "parts": args.parts, "results": found}, indent=1))
+        return None
     results = []
     print(f"path {isa}, parts {args.parts}, rounds {args.rounds}; ms, median (1 thread: CPU "
           "time of the caller; 2: wall time)")

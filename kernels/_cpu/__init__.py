@@ -30,12 +30,13 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in
-                ("laser_cpu.c", "laser_attention.c", "laser_quant.c", "laser_pool.c",
-                 "laser_cpu.h"))
+                ("laser_cpu.c", "laser_attention.c", "laser_quant.c", "laser_qtiles.c",
+                 "laser_qpack.c", "laser_pool.c", "laser_cpu.h", "laser_quant.h"))
 # -fno-trapping-math: fast_exp's clamps become selects, so its loops vectorise (the same
 # operations on each lane: the same bits); without it the SiLU and softmax loops ran scalar
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
          "-std=c11", "-fPIC", "-shared", "-pthread")
+BUILD_TIMEOUT_S = 900  # a compiler process's limit
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # float16: KV caches
 KV_DTYPES = (torch.float32, torch.float16)
 
@@ -61,6 +62,7 @@ SIGNATURES = {
     "laser_gemm_q": (_ptr, _int, _i64, _i64, _ptr, _int, _i64, _ptr, _int, _int, _int, _i64),
     "laser_pack_q": (_ptr, _int, _i64, _i64, _ptr),
     "laser_q_block_bytes": (_int,),
+    "laser_q_packed_bytes": (_int, _i64, _i64),
     "laser_quantize_q8_0": (_ptr, _i64, _i64, _ptr),
     "laser_dequantize_q": (_ptr, _int, _i64, _i64, _ptr),
     "laser_quant_isa": (_int,),
@@ -70,7 +72,8 @@ SIGNATURES = {
     "laser_pool_spin": (),
 }
 RESTYPES = {"laser_decoder_stack": _int, "laser_gemm_bf16_supported": _int,
-            "laser_pack_q": _int, "laser_q_block_bytes": _int, "laser_quant_isa": _int,
+            "laser_pack_q": _int, "laser_q_block_bytes": _int, "laser_q_packed_bytes": _i64,
+            "laser_dequantize_q": _int, "laser_quant_isa": _int,
             "laser_pool_size": _int, "laser_pool_spin": _int}
 
 
@@ -92,18 +95,23 @@ def _library_path(compiler: str) -> Path:
 
 
 def build(path: Path, compiler: str) -> None:
-    """Compile the C sources into ``path`` (atomically: a temporary file, then a rename)."""
+    """Compile the C sources into ``path`` (atomically: a temporary file, then a rename), each
+    source in its own compiler process at once (the quantized tiles alone take most of a
+    minute of CPU; on a loaded machine one process for all ran past a two-minute limit)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        sources = [str(p) for p in SOURCES if p.suffix == ".c"]
-        subprocess.run([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], check=True,
-                       capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory(dir=path.parent) as work:
+        objects = [str(Path(work) / f"{p.stem}.o") for p in SOURCES if p.suffix == ".c"]
+        jobs = [subprocess.Popen([compiler, *FLAGS, "-c", str(p), "-o", o],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for p, o in zip((p for p in SOURCES if p.suffix == ".c"), objects)]
+        for job in jobs:
+            _, err = job.communicate(timeout=BUILD_TIMEOUT_S)
+            if job.returncode:
+                raise subprocess.CalledProcessError(job.returncode, job.args, stderr=err)
+        tmp = str(Path(work) / "laser_cpu.so")
+        subprocess.run([compiler, *FLAGS, *objects, "-o", tmp, "-lm"], check=True,
+                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 @functools.cache

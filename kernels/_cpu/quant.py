@@ -1,7 +1,8 @@
-"""The quantized matmul of ``laser_quant.c``: the GGUF's Q4_0, Q4_1 and Q8_0 blocks as stored.
+"""The quantized matmul of ``laser_quant.c``: the GGUF's blocks as stored (Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
 
-A :class:`PackedQuant` holds one weight ``[N, K]`` repacked from its GGUF rows (the same bytes,
-interleaved 16 outputs at a time; ``laser_quant.c`` says how) and multiplies float32 (or
+A :class:`PackedQuant` holds one weight ``[N, K]`` repacked from its GGUF rows (the same codes
+and scales, interleaved 16 outputs at a time; ``laser_quant.h`` says how) and multiplies float32 (or
 bfloat16) activations quantised per block of 32 to int8, as llama.cpp does; ``split`` views
 quantise them in two parts instead (about 15 bits kept, for steps with prompt tokens). A
 float32 weight with no GGUF blocks (a Hugging Face model, a mixed-format fusion) is quantised
@@ -17,9 +18,12 @@ import torch
 
 from . import _check, _gemm_threads, library, loaded
 
-Q4_0, Q4_1, Q8_0 = 2, 3, 8  # GGML's type ids
-FORMATS = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
-GGUF_BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}  # bytes per 32 weights in a GGUF row
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14  # GGML's type ids
+FORMATS = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K",
+           Q5_K: "Q5_K", Q6_K: "Q6_K"}
+# a GGUF block: (inputs, bytes)
+GGUF_BLOCKS = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
+               Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
 BLOCK = 32
 ISAS = ("scalar", "avx2", "avx-vnni", "avx512-vnni")  # laser_quant_isa's levels
 
@@ -70,21 +74,22 @@ class PackedQuant:
 def _raw(raw: torch.Tensor | np.ndarray, fmt: int, n: int, k: int) -> torch.Tensor:
     if fmt not in FORMATS:
         raise ValueError(f"unsupported quantized format {fmt}")
-    if k % BLOCK:
-        raise ValueError(f"in_features {k} is not a multiple of {BLOCK}")
+    width, size = GGUF_BLOCKS[fmt]
+    if k % width:
+        raise ValueError(f"in_features {k} is not a multiple of {FORMATS[fmt]}'s {width}")
     t = torch.as_tensor(np.ascontiguousarray(raw)).view(torch.uint8).reshape(-1)
-    if t.numel() != n * k // BLOCK * GGUF_BLOCK_BYTES[fmt]:
+    if t.numel() != n * k // width * size:
         raise ValueError(f"{t.numel()} bytes are not {n} x {k} {FORMATS[fmt]} weights")
     return t
 
 
 def pack_q(raw: torch.Tensor | np.ndarray, fmt: int, out_features: int,
            in_features: int) -> PackedQuant:
-    """GGUF rows (``[N, K / 32 * block bytes]`` uint8, any shape of those bytes) -> packed."""
+    """GGUF rows (``[N, K / block inputs * block bytes]`` uint8, any shape of those bytes) ->
+    packed."""
     n, k = out_features, in_features
     src = _raw(raw, fmt, n, k)
-    size = loaded().laser_q_block_bytes(fmt) * (-(-n // 16)) * (k // BLOCK)
-    data = torch.empty(size, dtype=torch.uint8)
+    data = torch.empty(loaded().laser_q_packed_bytes(fmt, n, k), dtype=torch.uint8)
     loaded().laser_pack_q(src.data_ptr(), fmt, n, k, data.data_ptr())
     return PackedQuant(data, fmt, n, k)
 
@@ -95,7 +100,7 @@ def quantize_q8_0(weight: torch.Tensor) -> torch.Tensor:
     n, k = weight.shape
     if k % BLOCK:
         raise ValueError(f"in_features {k} is not a multiple of {BLOCK}")
-    raw = torch.empty((n, k // BLOCK * GGUF_BLOCK_BYTES[Q8_0]), dtype=torch.uint8)
+    raw = torch.empty((n, k // BLOCK * GGUF_BLOCKS[Q8_0][1]), dtype=torch.uint8)
     loaded().laser_quantize_q8_0(weight.data_ptr(), n, k, raw.data_ptr())
     return raw
 

@@ -16,10 +16,11 @@ from gguf.quants import quantize as gguf_quantize
 import kernels
 from kernels import _cpu
 from kernels._cpu import quant
+from tests.inference.loaders.test_gguf_kquants import random_blocks
 
 pytestmark = pytest.mark.skipif(_cpu.library() is None, reason="the C kernels do not build here")
 
-FORMATS = {quant.Q4_0: GT.Q4_0, quant.Q4_1: GT.Q4_1, quant.Q8_0: GT.Q8_0}
+FORMATS = {fmt: GT(fmt) for fmt in quant.FORMATS}
 ISA_LEVELS = range(len(quant.ISAS))
 THREADS = range(1, max(4, len(os.sched_getaffinity(0))) + 1)
 
@@ -31,10 +32,20 @@ def _restore():
     _cpu.set_threads(0)
 
 
+def _width(fmt: int, k: int) -> int:
+    """``k`` rounded up to whole blocks of the format (K-quants: 256 inputs)."""
+    width = quant.GGUF_BLOCKS[fmt][0]
+    return -(-k // width) * width
+
+
 def _weight(fmt: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, torch.Tensor]:
-    """GGUF blocks of a random weight (gguf's own quantiser) and their dequantised values."""
-    w = torch.Generator().manual_seed(seed)
-    raw = gguf_quantize(torch.randn(n, k, generator=w).numpy(), FORMATS[fmt])
+    """GGUF blocks of a random weight (gguf's own quantiser; for the K-quants, which it cannot
+    make, random codes and scales) and gguf's dequantisation of them."""
+    if quant.GGUF_BLOCKS[fmt][0] == 256:
+        raw = random_blocks(np.random.default_rng(seed), FORMATS[fmt], n, k, peak=3.0)
+    else:
+        w = torch.Generator().manual_seed(seed)
+        raw = gguf_quantize(torch.randn(n, k, generator=w).numpy(), FORMATS[fmt])
     return raw, torch.from_numpy(gguf_dequantize(raw, FORMATS[fmt])).float()
 
 
@@ -49,19 +60,20 @@ def _quantised_acts(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_dequantised_blocks_equal_ggufs(fmt) -> None:
-    raw, ref = _weight(fmt, 37, 96)
-    assert torch.equal(quant.dequantize(raw, fmt, 37, 96), ref)
+    k = _width(fmt, 96)
+    raw, ref = _weight(fmt, 37, k)
+    assert torch.equal(quant.dequantize(raw, fmt, 37, k), ref)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("shape", [(1, 32), (17, 96), (53, 64), (100, 576)])
+@pytest.mark.parametrize("shape", [(1, 32), (17, 96), (53, 64), (100, 576), (7, 1280)])
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 33, 64, 130])
 def test_gemm_equals_the_float64_product_of_its_operands(fmt, shape, rows) -> None:
     """One part: exactly (up to float32 sums) the dequantised weights times the int8-rounded
     activations, within 1 % of the exact product (relative to the sum of |x| |w|); two parts:
     within 5e-5 of it (a part keeps about 1/254 of what the one before left). Widths across the
     16-output groups, rows across the 8-row (AVX-512) and 4-row tiles."""
-    n, k = shape
+    n, k = shape[0], _width(fmt, shape[1])
     raw, w = _weight(fmt, n, k, seed=rows)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(n))
     packed = quant.pack_q(raw, fmt, n, k)
@@ -84,10 +96,11 @@ def test_every_vector_path_and_thread_count_gives_the_same_bits(fmt, split) -> N
     """AVX-512 VNNI, AVX-VNNI, AVX2 and plain C sum the same integers and the same floats in
     the same order; threads split whole output groups. Paths this CPU lacks are skipped by
     ``laser_quant_isa`` (it never reports more than it built)."""
-    raw, _ = _weight(fmt, 70, 192)
-    packed = quant.pack_q(raw, fmt, 70, 192)
+    k = _width(fmt, 576)  # K-quants: three blocks of 256
+    raw, _ = _weight(fmt, 70, k)
+    packed = quant.pack_q(raw, fmt, 70, k)
     packed = packed.split_view(split) if split else packed
-    x = torch.randn(9, 192)
+    x = torch.randn(9, k)
     x[::2, 64:96] *= 8  # outlier blocks in some rows (SEL keeps their second parts)
     quant.isa(0)
     assert quant.isa() == "scalar"
@@ -97,6 +110,25 @@ def test_every_vector_path_and_thread_count_gives_the_same_bits(fmt, split) -> N
         assert quant.ISAS.index(used) <= level
         for threads in THREADS:
             assert torch.equal(quant.gemm_q(x, packed, threads=threads), want), (used, threads)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f
+                         if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not _cpu_flags(), reason="no /proc/cpuinfo flags here")
+def test_the_build_has_the_best_path_this_cpu_has() -> None:
+    """The tests above compare the paths with plain C: they must not all be plain C."""
+    flags = _cpu_flags()
+    want = ("avx512-vnni" if {"avx512_vnni", "avx512bw", "avx512vl"} <= flags else
+            "avx-vnni" if "avx_vnni" in flags and "avx2" in flags else
+            "avx2" if {"avx2", "fma", "f16c"} <= flags else "scalar")
+    assert quant.isa(len(quant.ISAS)) == want
 
 
 def _edge_rows(rows: int, k: int) -> torch.Tensor:
@@ -123,13 +155,20 @@ def _edge_rows(rows: int, k: int) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+# the formats' shapes for the row-count test: Q4_0's, Q8_0's and the two-level Q6_K's all,
+# the others' (their code paths shared with those) the two smallest
+ROW_COUNT_SHAPES = [(fmt, n, k) for fmt in FORMATS
+                    for n, k in [(16, 32), (33, 96), (70, 192), (131, 160)]
+                    if fmt in (quant.Q4_0, quant.Q8_0, quant.Q6_K) or n in (16, 33)]
+
+
+@pytest.mark.parametrize("fmt,n,k", ROW_COUNT_SHAPES)
 @pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("n,k", [(16, 32), (33, 96), (70, 192), (131, 160)])
 def test_every_row_count_gives_the_scalar_paths_bits(fmt, split, n, k) -> None:
     """Rows 1..70 (across every tile height a vector path takes, and its remainders), odd
     widths, one and two threads: each vector path, its AVX2 quantisation of the activations
     included, equals the plain C path (which quantises in plain C too)."""
+    k = _width(fmt, k)
     raw, _ = _weight(fmt, n, k, seed=n)
     packed = quant.pack_q(raw, fmt, n, k)
     packed = packed.split_view(split) if split else packed
@@ -156,10 +195,11 @@ def test_decode_rows_before_a_prompt_chunk_get_a_decode_steps_bits(fmt, one_rows
     ``PROMPT_SEL``: selective; a step's decode rows beside a prompt chunk): those rows equal
     such a call's, the rest a two-part call's, on every path and thread count (tiles of each
     height straddle the boundary)."""
-    raw, _ = _weight(fmt, 70, 192, seed=one_rows)
-    one = quant.pack_q(raw, fmt, 70, 192)
+    k = _width(fmt, 192)
+    raw, _ = _weight(fmt, 70, k, seed=one_rows)
+    one = quant.pack_q(raw, fmt, 70, k)
     mixed = one.split_view(kind)
-    x = _edge_rows(37, 192)
+    x = _edge_rows(37, k)
     quant.isa(0)
     want = torch.cat([quant.gemm_q(x[:one_rows], one.split_view(decode), threads=1),
                       quant.gemm_q(x[one_rows:], one.split_view(), threads=1)])
@@ -178,14 +218,15 @@ def test_selective_rows_keep_the_second_part_only_in_their_outlier_blocks(fmt) -
     """``SEL``: a row without an outlier block (no block's scale above twice the row's mean)
     has the one-part bits; a row with one is closer to the exact product than one part, and
     has the bits it has alone, whatever else shares the call and its tiles (on every path)."""
-    raw, _ = _weight(fmt, 48, 192)
-    one = quant.pack_q(raw, fmt, 48, 192)
+    k = _width(fmt, 192)
+    raw, _ = _weight(fmt, 48, k)
+    one = quant.pack_q(raw, fmt, 48, k)
     sel = one.split_view(quant.SEL)
-    w = quant.dequantize(raw, fmt, 48, 192).double()
-    plain = torch.randn(6, 192, generator=torch.Generator().manual_seed(5))
+    w = quant.dequantize(raw, fmt, 48, k).double()
+    plain = torch.randn(6, k, generator=torch.Generator().manual_seed(5))
     assert torch.equal(quant.gemm_q(plain, sel), quant.gemm_q(plain, one))
     x = plain.clone()
-    x[1::2, 96:128] *= 12  # rows 1, 3, 5: an outlier block
+    x[1::2, 96:128] *= 20  # rows 1, 3, 5: an outlier block
     exact = x.double() @ w.T
     got, rounded = quant.gemm_q(x, sel), quant.gemm_q(x, one)
     assert torch.equal(got[0::2], rounded[0::2])
@@ -244,7 +285,9 @@ def test_the_kernel_refuses_what_it_does_not_handle() -> None:
     with pytest.raises(ValueError):
         quant.pack_q(raw, quant.Q4_0, 8, 96)  # not that many bytes
     with pytest.raises(ValueError):
-        quant.pack_q(raw, 12, 8, 64)  # Q4_K: not a format of this kernel
+        quant.pack_q(raw, 9, 8, 64)  # Q8_1: not a format of this kernel
+    with pytest.raises(ValueError):
+        quant.pack_q(raw, quant.Q4_K, 8, 64)  # not a whole K block
     packed = quant.pack_q(raw, quant.Q4_0, 8, 64)
     with pytest.raises(ValueError):
         quant.gemm_q(torch.randn(2, 32), packed)
