@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-CACHE_VERSION = 2  # 2: with the raw GGUF blocks
+CACHE_VERSION = 3  # 2: with the raw GGUF blocks; 3: of the Q5 and K-quant types too
 _WEIGHTS, _META = "weights.safetensors", "meta.json"
 
 

@@ -1,10 +1,11 @@
 """Read a llama.cpp GGUF file: config, dequantised tensors (HF names), the quantized tensors'
 raw blocks (for the quantized matmul, ``kernels._cpu.quant``) and tokenizer metadata.
 
-Q5_0, Q5_1 and the K-quants (Q2_K..Q6_K, what Q4_K_M/Q5_K_M/Q6_K files hold) are dequantised
-at load with gguf-py's ``gguf.quants.dequantize`` and handed on as float32 like F16 tensors:
-the quantized matmul then quantises them itself. They are not multiplied as stored yet (only
-``RAW_TYPES`` are)."""
+The block types the quantized matmul multiplies as stored (``RAW_TYPES``: Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, all a Q4_K_M/Q5_K_M/Q6_K/Q8_0 file holds) keep their raw blocks
+beside the dequantised weights; Q2_K and Q3_K load dequantised (gguf-py's
+``gguf.quants.dequantize``) and handed on as float32 like F16 tensors, the quantized matmul
+then quantising them to Q8_0 itself."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ SUPPORTED_TYPES = frozenset({
 
 # Block formats the quantized matmul runs as stored (kernels/_cpu/laser_quant.c)
 RAW_TYPES = frozenset({GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0,
-                       GGMLQuantizationType.Q4_1})
+                       GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q5_0,
+                       GGMLQuantizationType.Q5_1, GGMLQuantizationType.Q4_K,
+                       GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K})
 
 
 @dataclass(slots=True)
