@@ -40,7 +40,8 @@ class EngineConfig:
             on the CPU's bfloat16 units (mixed precision: half the weight bytes, float32
             everywhere else, the LM head's best logits rescored in float32); None or
             ``float32`` keeps them exact; ``quant`` multiplies the GGUF's own quantized
-            blocks (Q4_0/Q4_1/Q8_0; a weight without them quantised to Q8_0) with activations
+            blocks (Q4_0/Q4_1/Q5_x/Q8_0/Q4_K-Q6_K; a weight without them quantised to Q8_0)
+            with activations
             quantised per block to int8 in two parts (``kernels._cpu.quant``); ``q8`` with
             one part in decode steps, as llama.cpp does (faster in large batches, but it
             changes answers: docs/engine.md);
