@@ -36,6 +36,12 @@ QKV, O_PROJ, GATE_UP, DOWN = range(4)
 NATIVE_CHUNK_ROWS = 64
 
 
+def effective_window(window: int | None, meta) -> int | None:
+    """``window``, or None where no sequence of the step is longer than it (every row then
+    sees its whole context: the plain attention kernels serve)."""
+    return window if window and meta.max_seq_len > window else None
+
+
 class TorchOps:
     """The ``kernels.*`` ops over the step's packs ``(qkv, o, gate_up, down)`` (or Nones);
     ``one_rows``: the step's decode rows before its prompt chunks (``kernels.linear``)."""
@@ -105,6 +111,7 @@ class TorchOps:
         ``window`` (the latest positions a row sees) or a ``softcap`` of the scores takes
         ``kernels.window_attention``."""
         k_cache, v_cache = kv_cache
+        window = effective_window(window, meta)
         if window or softcap:
             return paged_window_attention(q, k_cache, v_cache, meta.block_tables,
                                           meta.query_start_loc, meta.seq_lens, scale, window,
@@ -152,7 +159,7 @@ class CpuOps(TorchOps):
     def attention(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta,
                   scale: float, window: int | None = None,
                   softcap: float | None = None) -> torch.Tensor:
-        if meta.max_query_len > NATIVE_CHUNK_ROWS or window or softcap:
+        if meta.max_query_len > NATIVE_CHUNK_ROWS or effective_window(window, meta) or softcap:
             return super().attention(q, kv_cache, meta, scale, window, softcap)
         return _cpu.paged_attention(q, kv_cache[0], kv_cache[1], meta.block_tables,
                                     meta.seq_lens, scale, self.act,

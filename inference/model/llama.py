@@ -166,7 +166,7 @@ class LlamaModel(nn.Module):
             cfg.head_dim, cfg.max_position, cfg.rope_theta, device, torch.float32,
             scaling=cfg.rope_scaling)
         local = self.cos_sin_cache
-        if cfg.rope_local_theta is not None and cfg.rope_local_theta != cfg.rope_theta:
+        if cfg.rope_local_theta is not None:
             # the sliding layers' own base (Gemma 3), without the global layers' scaling
             local = kernels.build_cos_sin_cache(cfg.head_dim, cfg.max_position,
                                                 cfg.rope_local_theta, device, torch.float32)

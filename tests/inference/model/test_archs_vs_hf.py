@@ -69,7 +69,7 @@ GGUF_NAMES = {"llama3": "llama", "llama3_tied": "llama"}
 # per family, settings whose loss must show: (config field, value without it)
 WITHOUT = {
     "gemma2": [("attn_softcap", None), ("final_softcap", None), ("sliding_layers", ())],
-    "gemma3": [("rope_local_theta", None), ("sliding_layers", ())],
+    "gemma3": [("rope_local_theta", None), ("sliding_layers", ()), ("rope_scaling", None)],
     "llama3": [("rope_scaling", None)],
 }
 

@@ -4,7 +4,9 @@
 What the converter changes, done here too: the ``llama`` family's q/k rows interleaved per
 head, Gemma's norm weights stored as ``1 + w``, Phi-3's fused projections under ``attn_qkv`` and
 ``ffn_up``, Gemma's ``lm_head`` dropped (tied), Llama 3's rope scaling written as
-``rope_freqs.weight`` divisors, Gemma 3's local rotary base as ``rope.freq_base_swa``.
+``rope_freqs.weight`` divisors, Gemma 3's local rotary base as ``rope.freq_base_swa`` (its
+global layers' linear scaling as ``rope.scaling.*``, which llama.cpp leaves off the local
+layers).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGUFWriter, RopeScalingType
 from gguf import GGMLQuantizationType as Q
 
 from tests.inference.loaders.gguf_writer import add_array, add_tiny_tokenizer, llama_cpp_permute
@@ -101,6 +103,9 @@ def _metadata(w: GGUFWriter, cfg, arch: str) -> None:
     w.add_rope_freq_base(rope.get("full_attention", rope)["rope_theta"])
     if arch == "gemma3":
         w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+        if rope["full_attention"].get("rope_type") == "linear":  # the global layers' only
+            w.add_rope_scaling_type(RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(rope["full_attention"]["factor"])
     if arch in _GEMMA:
         w.add_sliding_window(cfg.sliding_window)
         if cfg.attn_logit_softcapping:
