@@ -12,7 +12,7 @@ from typing import Any
 from inference.scheduler.cost import CostEstimator
 from inference.scheduler.laser import LaserParts, LaserPolicyConfig
 from inference.scheduler.laser.admission import check_hot
-from inference.scheduler.laser.hot import HotTriage, HotView, refuse_past
+from inference.scheduler.laser.hot import HotTriage, refuse_past
 from inference.scheduler.laser.keys import SchedClass
 from inference.scheduler.laser.parts import (
     Aging,
@@ -161,20 +161,21 @@ class NoContractFirst(Contract):
 class NoHotAdmission(HotTriage):
     """No hot request is refused at admission."""
 
-    def check(self, v: HotView, head: Sequence, now: float) -> None:
+    def check(self, head: Sequence, now: float) -> None:
         return None
 
 
 class NoTriage(HotTriage):
     """No triage: late hot requests stay in EDF order; admission refuses by the hot queue."""
 
-    def triage(self, v: HotView, now: float, changes: list) -> None:
+    def triage(self, now: float, changes: list) -> None:
         return None
 
-    def check(self, v: HotView, head: Sequence, now: float) -> None:
-        queued = sum(prefill_left(s) for s in v.seqs.values()
-                     if s.first_token_time is None and v.rank(s) is SchedClass.HOT)
-        check_hot(head, queued, now, v.speeds, self.policy.overload_ttft_factor)
+    def check(self, head: Sequence, now: float) -> None:
+        rank = self.hooks.rank
+        queued = sum(prefill_left(s) for s in self.hooks.seqs.values()
+                     if s.first_token_time is None and rank(s) is SchedClass.HOT)
+        check_hot(head, queued, now, self.hooks.speeds(), self.policy.overload_ttft_factor)
 
 
 class NoOverloadDemotion(HotTriage):
@@ -184,7 +185,7 @@ class NoOverloadDemotion(HotTriage):
     def watch(self, seqs: object) -> None:
         return None
 
-    def refuse_overdue(self, v: HotView, now: float) -> tuple[tuple[str, str], ...]:
+    def refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
         return ()
 
     def _past_deadline(self, pending: list[Sequence], now: float) -> set[str]:
@@ -193,7 +194,7 @@ class NoOverloadDemotion(HotTriage):
     def _overload_reason(self) -> str | None:
         return None
 
-    def _check_late(self, v: HotView, head: Sequence, jobs: list[HotJob], late: set[str],
+    def _check_late(self, head: Sequence, jobs: list[HotJob], late: set[str],
                     now: float) -> None:
         mine = (head.arrival_time + head.targets.ttft_p99_s, head.seq_id)
         ahead = sum(j.work_s for j in jobs if j.seq_id != head.seq_id

@@ -56,7 +56,7 @@ def plain_walk(self, prefills, waiting, plain=False) -> bool:
             return False
         if k[0] in self._spent:
             break
-        if is_waiting or q.seq_id not in self.gone:
+        if is_waiting or q.seq_id not in self.pre.gone:
             self._prefill(k, q, is_waiting)
     return True
 
@@ -96,7 +96,8 @@ def scripted_fill(acts: set[str], asked: list[str]) -> StepFill:
     """A fill whose ``_prefill`` records who it was asked for and answers True (the fill
     changed) for the sequences named in ``acts``."""
     fill = StepFill.__new__(StepFill)
-    fill.used, fill.budget, fill._spent, fill.gone = 0, 100, set(), set()
+    fill.used, fill.budget, fill._spent = 0, 100, set()
+    fill.pre = SimpleNamespace(gone=set())
 
     def prefill(key, seq, is_waiting):
         asked.append(seq.seq_id)

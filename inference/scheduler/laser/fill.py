@@ -24,6 +24,7 @@ from inference.scheduler.laser.slack import (
     hot_slack_frac,
     min_hot_slack_frac,
 )
+from inference.scheduler.laser.tally import StepTally
 from inference.sequence import Sequence
 
 MIN_HOT_CHUNK = 32  # hot prefill always advances, even when the TBT cap is spent (one chunk:
@@ -33,11 +34,18 @@ C_HOT, C_PROMOTED, C_WARM, C_COLD = CLASSES
 Keyed = tuple[SortKey, Sequence]
 
 
-class StepFill(Preemption):
-    """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``)."""
+class StepFill(StepTally):
+    """One step's fill in a ``FillMode`` (see ``LaserScheduler._fill``): its tallies are
+    ``StepTally``'s; ``pre``, the step's ``Preemption``, hands its victims back to them."""
 
     def __init__(self, view: FillView, mode: FillMode = FillMode.ALL) -> None:
-        super().__init__(view)  # the step's tallies, which preemption gives back
+        super().__init__(view.cost, view.kv.block_size)
+        self.v = view
+        self.keyed = sorted((view.key(q), q) for q in view.running)
+        self.pre = Preemption([q for _, q in self.keyed], view.key, view.kv, view.lent,
+                              self._give_back)  # least urgent at the end
+        self.n_running = len(view.running)
+        self._spent: set[SchedClass] = set()  # classes whose allowance is used up
         self.now, self.mode = view.now, mode
         self.rules = view.rules
         self.budget = view.config.max_num_batched_tokens
@@ -56,25 +64,15 @@ class StepFill(Preemption):
         self._run()
         return FillResult(
             self.mode, tuple(g for g, _ in self.items.values()), tuple(self.started),
-            tuple(self.preempted), self.finish_paused, self._lent(),
+            tuple(self.pre.preempted), self.finish_paused, self.pre.still_lent(self.v.running),
             tuple(self.used_by_class),
             self.hot_blocks, self.hot_min_slack, self.hot_cap, self.context,
             self.estimate_s() if self.used else 0.0)
 
-    def _lent(self) -> frozenset[str]:
-        """Borrowers of the hot block reserve that still run, and this step's new ones."""
-        lent = self.v.lent
-        if lent:
-            running = {q.seq_id for q in self.v.running}
-            lent = frozenset(i for i in lent if i in running and i not in self.gone)
-        return lent.union(self.borrowed) if self.borrowed else lent
-
     def _run(self) -> None:
         v = self.v
-        key = v.key
-        keyed = sorted((key(q), q) for q in v.running)
-        self.victims = [q for _, q in keyed]  # least urgent at the end
-        queue = v.queue if v.queue is not None else WaitingIndex.of(v.waiting, key)
+        keyed = self.keyed
+        queue = v.queue if v.queue is not None else WaitingIndex.of(v.waiting, v.key)
         classes: tuple[SchedClass, ...] = CLASSES
         if self.mode is FillMode.HOT:  # class HOT only
             keyed = [(k, q) for k, q in keyed if k.cls is C_HOT]
@@ -129,7 +127,7 @@ class StepFill(Preemption):
                     idle.clear()
                 else:
                     idle.add(mark)
-            elif q.seq_id not in self.gone and self._prefill(k, q, False):
+            elif q.seq_id not in self.pre.gone and self._prefill(k, q, False):
                 idle.clear()
         return True
 
@@ -255,12 +253,12 @@ class StepFill(Preemption):
             return False
         if is_waiting:
             # a cold/warm prompt admitted into the hot block reserve borrows it: hot short of
-            # blocks preempts it first (``_preempt_below``). Kept out instead, the reserve's
+            # blocks preempts it first (``Preemption.below``). Kept out instead, the reserve's
             # blocks idled while nobody was denied them
             borrows = (cls is not C_HOT and self.hold_blocks
                        and v.kv.num_free_blocks - v.kv.blocks_needed(seq, n) < self.hold_blocks)
             if self._admit(key, seq, n) and borrows:
-                self.borrowed.append(seq.seq_id)
+                self.pre.lend(seq.seq_id)
         else:
             self._run_one(key, seq, n)
         return True
@@ -317,10 +315,10 @@ class StepFill(Preemption):
         if self._admit_closed and cls > C_PROMOTED:
             return False
         while self.n_running >= v.config.max_num_seqs:
-            if cls > C_PROMOTED or not self._preempt_below(key):
+            if cls > C_PROMOTED or not self.pre.below(key):
                 return False
         got = v.try_schedule(seq, n)
-        while got is None and cls <= C_PROMOTED and self._preempt_below(key):
+        while got is None and cls <= C_PROMOTED and self.pre.below(key):
             got = v.try_schedule(seq, n)
         if got is None:
             self.finish_paused |= cls is C_HOT and v.has_held
@@ -334,34 +332,33 @@ class StepFill(Preemption):
 
     def _run_one(self, key: SortKey, seq: Sequence, n: int) -> None:
         v = self.v
-        if seq.seq_id in self.gone:
+        if seq.seq_id in self.pre.gone:
             return
         got = v.try_schedule(seq, n)
-        while got is None and self._preempt_below(key):
+        while got is None and self.pre.below(key):
             got = v.try_schedule(seq, n)
         if got is None:
             if key.cls is C_HOT and v.has_held:  # the paused forward's blocks: wait for it
                 self.finish_paused = True
                 return
-            self._preempt(seq)
+            self.pre.preempt(seq)
             return
         self._take(seq, got, key.cls)
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def _take(self, seq: Sequence, got: Chunk, cls: SchedClass) -> None:
-        self.items[seq.seq_id] = (got, cls)
-        n = got[0].num_tokens
-        self.used += n
-        if n > 1:
-            self.prompt += n
-        self.used_by_class[cls] += n
-        self.attn_s += self._chunk_attn(got[0])
-        if cls is C_HOT and n > 1:
+        self._add(seq, got, cls)
+        if cls is C_HOT and got[0].num_tokens > 1:
             self.hot_floor = 0
         if got[0].sample and seq.first_token_time is None and seq.tier is HOT:
             deadline = seq.arrival_time + seq.targets.ttft_p99_s
             end = self.now + self.estimate_s()
             if end <= deadline and (self.finish_by is None or deadline < self.finish_by):
                 self.finish_by = deadline  # later chunks must not make this one late
-        if cls is C_HOT:
-            self.hot_blocks += self._computed_blocks(seq)
+
+    def _give_back(self, seq: Sequence) -> None:
+        """A victim of ``pre`` (its blocks not freed yet): its chunk leaves the tallies, its
+        seat frees up, and every class may ask again."""
+        self._drop(seq)
+        self.n_running -= 1
+        self._spent.clear()

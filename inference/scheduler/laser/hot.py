@@ -41,18 +41,22 @@ _WARM = (SchedClass.PROMOTED, SchedClass.WARM)  # served in warm's order
 Changes = list
 
 
-@dataclass(frozen=True, slots=True)
-class HotView:
-    """What triage reads of the policy this step and the changes it may make: the queues
-    (``held``: a paused forward's sequences), the estimates, and the policy's own actions
-    (``retier`` a request's sequences, a sequence's key ``moved``, ``finish`` one)."""
+Lists = tuple[Seqs[Sequence], Seqs[Sequence], Seqs[Sequence]]
 
-    running: Seqs[Sequence]
-    waiting: Seqs[Sequence]
-    held: Seqs[Sequence]
+
+@dataclass(frozen=True, slots=True)
+class TriageHooks:
+    """What triage reads of the policy and the actions it may take, handed over once:
+    ``lists`` returns the queues as they are now (running, waiting, and ``held``: a paused
+    forward's sequences), ``speeds`` the step's estimates; ``queue`` is the waiting index,
+    ``seqs`` every live sequence by id; ``rank`` a sequence's class, ``moved`` drops a
+    sequence's cached key, ``retier`` moves a request's sequences to another tier, ``finish``
+    ends one."""
+
+    lists: Callable[[], Lists]
+    speeds: Callable[[], Speeds]
     queue: WaitingIndex
     seqs: dict[str, Sequence]
-    speeds: Speeds
     rank: Callable[[Sequence], SchedClass]
     moved: Callable[[str], None]
     retier: Callable[[str, Tier, Tier, float, Changes, str], None]
@@ -62,40 +66,42 @@ class HotView:
 class HotTriage:
     """The policy's hot triage and overload (see the module docstring). Its memory is the
     policy's ``LaserState``; ``demotion`` says which late requests it may serve as warm,
-    ``contract`` which traffic is excess."""
+    ``contract`` which traffic is excess; ``hooks`` what it reads of the policy and does."""
 
     def __init__(self, policy: LaserPolicyConfig, config: SchedulerConfig, state: LaserState,
-                 cost: CostEstimator, demotion: Demotion, contract: Contract) -> None:
+                 cost: CostEstimator, demotion: Demotion, contract: Contract,
+                 hooks: TriageHooks) -> None:
         self.policy, self.config, self.state, self.cost = policy, config, state, cost
-        self.demotion, self.contract = demotion, contract
+        self.demotion, self.contract, self.hooks = demotion, contract, hooks
 
-    def _hot_pending(self, v: HotView) -> list[Sequence]:
+    def _hot_pending(self) -> list[Sequence]:
         """Hot sequences still owed their first token (aged ones keep plain EDF)."""
-        return [s for q in (v.running, v.waiting) for s in q
+        running, waiting, _ = self.hooks.lists()
+        return [s for q in (running, waiting) for s in q
                 if s.tier is HOT and s.first_token_time is None
                 and s.seq_id not in self.state.aged]
 
-    def _prefill_work(self, v: HotView) -> Callable[[Sequence], float]:
+    def _prefill_work(self) -> Callable[[Sequence], float]:
         # the fill gives hot prefill at least MIN_HOT_CHUNK a step even when the TBT cap
         # leaves less (on a slow CPU it can leave a token or none: priced at one token a step,
         # 16 simultaneous chats looked three times deeper than they were and were refused)
         step = min(max(self.state.hot_step_tokens, MIN_HOT_CHUNK),
                    self.config.long_prefill_chunk)
-        return prefill_work_s(v.speeds, step, getattr(self.cost, "prefill_attn_s", None))
+        return prefill_work_s(self.hooks.speeds(), step, getattr(self.cost, "prefill_attn_s", None))
 
-    def _hot_jobs(self, v: HotView, seqs: list[Sequence]) -> list[HotJob]:
-        work = self._prefill_work(v)
+    def _hot_jobs(self, seqs: list[Sequence]) -> list[HotJob]:
+        work = self._prefill_work()
         demotable, excess = self.demotion.demotable, self.contract.excess
         return [HotJob(s.seq_id, s.arrival_time + s.targets.ttft_p99_s, work(s),
                        demotable(s), bool(excess(s))) for s in seqs]
 
-    def triage(self, v: HotView, now: float, changes: Changes) -> None:
+    def triage(self, now: float, changes: Changes) -> None:
         """Mark the hot requests to serve late and demote them to warm: those whose contract
         allows it within the triage budget (warm tells the client instead of failing it),
         and, with overload demotion, every other late one and every one past its deadline."""
         st = self.state
-        pending = self._hot_pending(v)
-        late = late_jobs(self._hot_jobs(v, pending), now) if len(pending) > 1 else set()
+        pending = self._hot_pending()
+        late = late_jobs(self._hot_jobs(pending), now) if len(pending) > 1 else set()
         late |= self._past_deadline(pending, now)
         for seq in pending if late else ():
             if seq.seq_id not in late:
@@ -113,10 +119,10 @@ class HotTriage:
             # final, unlike a pressure demotion (``state.demoted``, restored when the
             # pressure ends): its first token missed the hot target either way, and a
             # restore would send a second notice and book that miss as hot after all
-            v.retier(seq.request_id, HOT, WARM, now, changes, reason)
+            self.hooks.retier(seq.request_id, HOT, WARM, now, changes, reason)
             st.num_demotions += 1
         for seq_id in late ^ st.hot_late:
-            v.moved(seq_id)
+            self.hooks.moved(seq_id)
         st.hot_late = late
 
     # ---- overload demotion: a late hot request is served as warm, whatever its contract ---
@@ -128,31 +134,31 @@ class HotTriage:
         """Why a late request that is not demotable is served as warm (None: it is not)."""
         return "overload: the first token cannot come within the hot target; served as warm"
 
-    def refuse_overdue(self, v: HotView, now: float) -> tuple[tuple[str, str], ...]:
+    def refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
         """Refuse demoted sequences (asked hot, served as warm) still owed their first token
         past warm's bound, ``overload_ttft_factor`` x the warm mean-TTFT target: (seq id,
         reason) pairs for the plan. Under sustained hot overload warm prefill is deferred
         step after step (hot comes first), and without this a demoted request waited until
         aging made it hot again (30 s on the CPU engine). One in a paused forward is refused
         too (its blocks are freed when the forward completes)."""
-        factor, st = self.policy.overload_ttft_factor, self.state
-        overdue = [s for s in self._overdue_watch(v, now)
+        factor, st, hooks = self.policy.overload_ttft_factor, self.state, self.hooks
+        overdue = [s for s in self._overdue_watch(now)
                    if s.tier is WARM and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
         refused = []
         excess = []
         for seq in overdue:
             if self.contract.excess(seq):
-                place = self._place(v, seq)
+                place = self._place(seq)
                 if place is not None:
                     excess.append((place, seq))
-            elif seq in v.queue:  # in contract: served next (class HOT), not refused
+            elif seq in hooks.queue:  # in contract: served next (class HOT), not refused
                 st.aged.add(seq.seq_id)
-                v.moved(seq.seq_id)
+                hooks.moved(seq.seq_id)
         for _, seq in sorted(excess, key=lambda e: e[0]):  # queue order, as a scan would
             limit = factor * seq.targets.warm_mean_ttft_s
             refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
                                         f"token within {limit:.2f} s"))
-            v.finish(seq, SequenceStatus.FINISHED_ABORTED)
+            hooks.finish(seq, SequenceStatus.FINISHED_ABORTED)
         return tuple(refused)
 
     def watch(self, seqs: Iterable[Sequence]) -> None:
@@ -165,27 +171,28 @@ class HotTriage:
                 due = seq.arrival_time + factor * seq.targets.warm_mean_ttft_s
                 heapq.heappush(self.state.hot_watch, (due, seq.seq_id, seq))
 
-    def _overdue_watch(self, v: HotView, now: float) -> list[Sequence]:
+    def _overdue_watch(self, now: float) -> list[Sequence]:
         """The watched sequences whose bound may have passed (the heap's time less a margin
         far above the rounding of ``now - arrival``) and that may still be refused or aged:
         not finished, no first token, not in contract and aged already."""
-        st = self.state
+        st, seqs = self.state, self.hooks.seqs
         watch, due = st.hot_watch, st.hot_due
         while watch and watch[0][0] <= now + 1e-9 * (1.0 + abs(now) + abs(watch[0][0])):
             _, seq_id, seq = heapq.heappop(watch)
-            if seq_id in v.seqs:
+            if seq_id in seqs:
                 due[seq_id] = seq
         for seq_id, seq in list(due.items()):
-            if (seq_id not in v.seqs or seq.first_token_time is not None
+            if (seq_id not in seqs or seq.first_token_time is not None
                     or (not self.contract.excess(seq) and seq_id in st.aged)):
                 del due[seq_id]  # done with: nothing here can act on it again
         return list(due.values())
 
-    def _place(self, v: HotView, seq: Sequence) -> tuple[int, int] | None:
+    def _place(self, seq: Sequence) -> tuple[int, int] | None:
         """Where ``seq`` stands in running, waiting and the paused forward, in that order."""
-        if seq in v.queue:
-            return 1, v.waiting.index(seq)
-        for n, queue in ((0, v.running), (2, v.held)):
+        running, waiting, held = self.hooks.lists()
+        if seq in self.hooks.queue:
+            return 1, waiting.index(seq)
+        for n, queue in ((0, running), (2, held)):
             if seq in queue:
                 return n, queue.index(seq)
         return None
@@ -196,7 +203,7 @@ class HotTriage:
         return self.state.triage_demotions + 1 <= budget
 
     # ---- admission ------------------------------------------------------------------------
-    def check(self, v: HotView, head: Sequence, now: float) -> None:
+    def check(self, head: Sequence, now: float) -> None:
         """Refuse a hot request that triage would serve late when the queue in front of it
         is past the bound (``_check_late``).
 
@@ -207,31 +214,32 @@ class HotTriage:
         (the first request of a process waits for the engine to load: a clean CI run saw it
         refused at "2.05 s" with nothing queued).
         """
-        jobs = self._hot_jobs(v, self._hot_pending(v) + [head])
+        jobs = self._hot_jobs(self._hot_pending() + [head])
         late = late_jobs(jobs, now)
         if head.seq_id not in late or (self.demotion.demotable(head) and self._may_demote()):
             return  # on time, or served as warm (demoted at the next step)
-        self._check_late(v, head, jobs, late, now)
+        self._check_late(head, jobs, late, now)
 
-    def _check_late(self, v: HotView, head: Sequence, jobs: list[HotJob], late: set[str],
+    def _check_late(self, head: Sequence, jobs: list[HotJob], late: set[str],
                     now: float) -> None:
         """``head`` will be served as warm: refuse it when the hot work kept on time plus the
         warm prefill queued before it (in warm's order: in-contract first, then arrival;
         the other late hot requests count too: they will be served as warm as well) would
         keep it waiting past ``overload_ttft_factor`` times the warm mean-TTFT target."""
-        work = self._prefill_work(v)
+        work, rank = self._prefill_work(), self.hooks.rank
+        running, waiting, _ = self.hooks.lists()
         excess = self.contract.excess
         mine = (excess(head), head.arrival_time, head.seq_id)
         by_id = {j.seq_id: j for j in jobs}
         ahead = 0.0
-        for q in (v.running, v.waiting):
+        for q in (running, waiting):
             for s in q:
                 if s.first_token_time is not None or s is head:
                     continue
                 job = by_id.get(s.seq_id)
                 if job is not None and job.seq_id not in late:
                     ahead += job.work_s  # hot, kept on time
-                elif (job is not None or v.rank(s) in _WARM) and (
+                elif (job is not None or rank(s) in _WARM) and (
                         excess(s), s.arrival_time, s.seq_id) < mine:
                     ahead += job.work_s if job is not None else work(s)
         refuse_past(head, now, ahead, self.policy.overload_ttft_factor

@@ -28,7 +28,7 @@ from inference.scheduler.laser.config import LaserPolicyConfig
 from inference.scheduler.laser.estimate import EstimateError
 from inference.scheduler.laser.fill import StepFill
 from inference.scheduler.laser.fillview import FillMode, FillResult, FillView
-from inference.scheduler.laser.hot import HotView
+from inference.scheduler.laser.hot import Lists, TriageHooks
 from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.scheduler.laser.pause import LayerPause
 from inference.scheduler.laser.pressure import pick_demotions
@@ -68,11 +68,13 @@ class LaserScheduler(Scheduler):
         self.aging = parts.aging(p)
         self.cold = parts.cold(p)
         self.rules = parts.fill(p)
-        self.triage = parts.triage(p, config, self.state, self.cost, self.demotion,
-                                   self.contract)
         self.pause = LayerPause(pause_layers, p, self.cost)
         self._keys: dict[str, SortKey] = {}  # seq id -> key(); see ``_moved``
         self._queue = WaitingIndex()  # ``waiting`` by class in key order, under ``_keys``
+        self.triage = parts.triage(p, config, self.state, self.cost, self.demotion,
+                                   self.contract, TriageHooks(
+                                       self._lists, self._speeds, self._queue, self.seqs,
+                                       self.rank, self._moved, self._retier, self._finish))
 
     @property
     def num_demotions(self) -> int:
@@ -195,12 +197,12 @@ class LaserScheduler(Scheduler):
         """1 for traffic above its tenant's contract, else 0 (``Contract``)."""
         return self.contract.excess(seq)
 
-    def _hot_view(self) -> HotView:
-        return HotView(self.running, self.waiting, self.pause.held, self._queue, self.seqs,
-                       self.speeds, self.rank, self._moved, self._retier, self._finish)
+    def _lists(self) -> Lists:
+        """The queues triage reads (``TriageHooks``): running, waiting, a paused forward's."""
+        return self.running, self.waiting, self.pause.held
 
-    def _refuse_overdue(self, now: float) -> tuple[tuple[str, str], ...]:
-        return self.triage.refuse_overdue(self._hot_view(), now)
+    def _speeds(self) -> Speeds:
+        return self.speeds
 
     # ---- admission ------------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], now: float) -> None:
@@ -216,7 +218,7 @@ class LaserScheduler(Scheduler):
             st.new_cold.extend(seqs)
         elif head.tier is HOT:
             try:
-                self.triage.check(self._hot_view(), head, now)
+                self.triage.check(head, now)
             except EngineOverloaded:
                 st.hot_refused = True
                 raise
@@ -244,8 +246,8 @@ class LaserScheduler(Scheduler):
             self._rank_new_cold(now, changes)
         st.new_cold.clear()
         self._demotion_step(now, changes)
-        self.triage.triage(self._hot_view(), now, changes)
-        refused = self._refuse_overdue(now)
+        self.triage.triage(now, changes)
+        refused = self.triage.refuse_overdue(now)
         fill, preempted, finish = self._fill(now)
         self._after_step(fill, now)
         plan = self.make_plan(fill.items, preempted, tier_changes=tuple(changes),

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from inference.request import ContractTargets, Tier
+from inference.scheduler.laser.hot import HotTriage
 from inference.scheduler.laser.keys import SchedClass, SortKey
-from inference.scheduler.laser.policy import LaserScheduler
 from inference.scheduler.laser.queue import WaitingIndex
 from inference.scheduler.laser.slack import Speeds, min_hot_slack_frac
 from inference.sequence import SequenceStatus
@@ -125,22 +125,24 @@ def test_the_policy_keeps_it_equal_to_its_waiting_queue_multi_turn():
 
 
 def scan_refuse_overdue(self, now: float):
-    """``_refuse_overdue`` as a scan of every queue each step (before the watch heap)."""
-    factor = self.policy.overload_ttft_factor
-    overdue = [s for q in (self.running, self.waiting, self.pause.held) for s in q
+    """``HotTriage.refuse_overdue`` as a scan of every queue each step (before the watch
+    heap)."""
+    factor, hooks = self.policy.overload_ttft_factor, self.hooks
+    running, waiting, held = hooks.lists()
+    overdue = [s for q in (running, waiting, held) for s in q
                if s.asked_tier is Tier.HOT and s.tier is Tier.WARM and s.first_token_time is None
                and now - s.arrival_time > factor * s.targets.warm_mean_ttft_s]
     refused = []
     for seq in overdue:
-        if not self.excess(seq):
-            if seq.seq_id not in self.state.aged and seq in self.waiting:
+        if not self.contract.excess(seq):
+            if seq.seq_id not in self.state.aged and seq in waiting:
                 self.state.aged.add(seq.seq_id)
-                self._moved(seq.seq_id)
+                hooks.moved(seq.seq_id)
             continue
         limit = factor * seq.targets.warm_mean_ttft_s
         refused.append((seq.seq_id, f"warm backlog is full: served as warm, no first "
                                     f"token within {limit:.2f} s"))
-        self._finish(seq, SequenceStatus.FINISHED_ABORTED)
+        hooks.finish(seq, SequenceStatus.FINISHED_ABORTED)
     return tuple(refused)
 
 
@@ -156,7 +158,7 @@ def test_watching_overdue_hot_refuses_as_a_scan_of_every_queue(monkeypatch):
 
     watched = report()
     with monkeypatch.context() as m:
-        m.setattr(LaserScheduler, "_refuse_overdue", scan_refuse_overdue)
+        m.setattr(HotTriage, "refuse_overdue", scan_refuse_overdue)
         scanned = report()
     assert watched == scanned
     assert watched["hot"]["refused"] > 0  # the rule acted
