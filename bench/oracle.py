@@ -42,12 +42,12 @@ NARROW = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 WIDE = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"]
 
 
-def reference(gguf: Path, out: Path, threads: int) -> Path:
-    """llama.cpp's distributions over TEXT for ``gguf`` (a --kl-divergence-base file)."""
+def reference(gguf: Path, out: Path, threads: int, text: Path = TEXT) -> Path:
+    """llama.cpp's distributions over ``text`` for ``gguf`` (a --kl-divergence-base file)."""
     tool = llama_cpp.tool("llama-perplexity")
     if tool is None:
         raise SystemExit("llama-perplexity is not built: run shared/peers/llama-server.sh")
-    cmd = [str(tool), "-m", str(gguf), "-f", str(TEXT), "-c", str(CTX), "-b", str(CTX),
+    cmd = [str(tool), "-m", str(gguf), "-f", str(text), "-c", str(CTX), "-b", str(CTX),
            "--chunks", str(CHUNKS), "-t", str(threads), "--kl-divergence-base", str(out)]
     subprocess.run(cmd, check=True, capture_output=True,
                    env={**os.environ, "LD_LIBRARY_PATH": str(tool.parent)})
@@ -65,6 +65,30 @@ def build(out: Path, types: list[str]) -> dict[str, Path]:
     return paths
 
 
+def build_arch(out: Path, arch: str, types: list[str]) -> dict[str, Path]:
+    """``arch``'s tiny model (``tests/inference/model/tiny_models.py``, its small byte-level
+    vocabulary) as F32 and each of ``types``: {"arch/type": path}."""
+    from tests.inference.model.tiny_gguf import write_arch_gguf
+    from tests.inference.model.tiny_models import make_tiny
+
+    out.mkdir(parents=True, exist_ok=True)
+    f32 = out / f"{arch}-F32.gguf"
+    write_arch_gguf(f32, make_tiny(arch), arch)
+    return {f"{arch}/{t}": f32 if t == "F32" else
+            models.quantize(f32, out / f"{arch}-{t}.gguf", t, pure=not t.endswith("_M"))
+            for t in types}
+
+
+def arch_text(out: Path) -> Path:
+    """TEXT in the characters the architectures' tiny vocabulary has."""
+    from tests.inference.loaders.gguf_writer import CHARS
+
+    keep = set(CHARS) | {" "}
+    path = out / "arch-text.txt"
+    path.write_text("".join(c for c in TEXT.read_text(encoding="utf-8").lower() if c in keep))
+    return path
+
+
 def compare(gguf: Path, kld: Path, mode: str) -> dict:
     loaded = load_for(gguf, mode)
     tok = loaded.tokenizer
@@ -80,6 +104,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="where to build (default: a temp dir)")
     ap.add_argument("--types", default=",".join(NARROW + WIDE))
     ap.add_argument("--modes", default="float32,quant")
+    ap.add_argument("--archs", default="", help="also these tiny_models.ARCHS, e.g. qwen2,phi3")
+    ap.add_argument("--arch-types", default="F32,Q8_0,Q4_K")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--fixtures", action="store_true", help="copy the pairs to tests/oracles")
     args = ap.parse_args()
@@ -92,6 +118,16 @@ def main() -> None:
         if args.fixtures:
             shutil.copy(gguf, DATA / gguf.name)
             shutil.copy(kld, DATA / kld.name)
+    text = arch_text(out) if args.archs else TEXT
+    for arch in filter(None, args.archs.split(",")):
+        for name, gguf in build_arch(out, arch, args.arch_types.split(",")).items():
+            try:
+                kld = reference(gguf, gguf.with_suffix(".kld"), args.threads, text)
+            except subprocess.CalledProcessError as exc:
+                print(f"{name}: llama-perplexity failed (rc {exc.returncode})", file=sys.stderr)
+                continue
+            rows[name] = {"bytes": gguf.stat().st_size,
+                          **{mode: compare(gguf, kld, mode) for mode in args.modes.split(",")}}
     modes = args.modes.split(",")
     print("| type | file | " + " | ".join(f"{m} mean KL | {m} top-1" for m in modes)
           + " | entropy |")
