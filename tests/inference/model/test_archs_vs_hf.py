@@ -94,17 +94,18 @@ def test_fused_state_is_the_checkpoint(tiny):
     torch.testing.assert_close(fused["norm"], hf.model.norm.weight.float() + offset)
 
 
-def test_quantized_packing_keeps_each_family(tiny):
-    """Packed for the quantized matmul (Q8_0 of the float32 weights), every family stays near
-    transformers: a layer that is not plain Llama must not run as the one-call C layer, which
-    would drop its norms, window or caps."""
+@pytest.mark.parametrize("mode", ["quant", "bfloat16"])
+def test_packed_matmuls_keep_each_family(tiny, mode):
+    """Packed for the quantized matmul (Q8_0 of the float32 weights) or for bfloat16, every
+    family stays near transformers: a layer that is not plain Llama must not run as the
+    one-call C layer, which would drop its norms, window or caps."""
     import kernels
 
     _, path, _, want = tiny
     model = load_model(path, use_cache=False).model
-    model.pack_linears(kernels.QUANT)
-    if not model.quantized:
-        pytest.skip("the quantized matmul does not serve here")
+    packed = model.pack_linears(kernels.MatmulMode(mode))
+    if not packed or (mode == "quant" and not model.quantized):
+        pytest.skip(f"the {mode} matmul does not serve here")
     assert rel_diff(laser_logits(model), want) <= 0.05
 
 
