@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 # EngineConfig fields the CLI sets from flags (name, type, help); unset flags keep the engine's
 # defaults. --model is above (it is also the config's model).
 _ENGINE_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("chat_template", str, "a Jinja chat template file instead of the model's own"),
     ("device", str, "cpu or cuda[:N] (default cpu)"),
     ("dtype", str, "float32, bfloat16 or float16 (default: float32 on CPU)"),
     ("kv_cache_dtype", str, "dtype of the KV cache"),
