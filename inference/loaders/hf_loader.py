@@ -24,6 +24,10 @@ def read_hf_config(directory: str | Path) -> ModelConfig:
     cfg = _read_json(directory / "config.json")
     if not cfg:
         raise WeightError(f"{directory} has no config.json")
+    if "text_config" in cfg:  # a multimodal wrapper (Gemma 3 4B+): its language model
+        outer = {k: cfg[k] for k in ("eos_token_id", "bos_token_id", "tie_word_embeddings")
+                 if k in cfg}
+        cfg = {**outer, **cfg["text_config"]}
     try:
         return ModelConfig.from_hf_config(cfg, _read_json(directory / "generation_config.json"))
     except ValueError as exc:
@@ -45,13 +49,32 @@ def safetensors_files(directory: str | Path) -> list[Path]:
     return files
 
 
+# a multimodal wrapper's language model (transformers 4 and 5 layouts) -> the text model's
+_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))
+_OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                 "model.multi_modal_projector.")
+
+
+def text_model_name(name: str) -> str | None:
+    """A tensor's name in the text model (a multimodal wrapper's language model renamed, its
+    vision tower and projector None: not read)."""
+    if name.startswith(_OTHER_TOWERS):
+        return None
+    for prefix, text in _TEXT_PREFIXES:
+        if name.startswith(prefix):
+            return text + name[len(prefix):]
+    return name
+
+
 def read_hf_tensors(directory: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint, by their HF names (memory-mapped where possible)."""
+    """All tensors of the (text) model, by their HF names (memory-mapped where possible)."""
     tensors: dict[str, torch.Tensor] = {}
     for path in safetensors_files(directory):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
-                tensors[name] = f.get_tensor(name)
+                if (text := text_model_name(name)) is not None:
+                    tensors[text] = f.get_tensor(name)
     return tensors
 
 

@@ -117,3 +117,27 @@ def test_reference_path_matches_transformers(tiny, monkeypatch):
     model = load_model(path, use_cache=False).model
     use_backend(monkeypatch, "reference")
     assert rel_diff(laser_logits(model), want) <= REL_TOL
+
+
+def test_multimodal_wrapper_loads_its_language_model(tiny, tmp_path):
+    """Gemma 3 4B+ ship as Gemma3ForConditionalGeneration: the text config nested in
+    `text_config`, the language model's tensors under `language_model.`, a vision tower
+    beside them (not read)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    arch, _, hf, want = tiny
+    if arch != "gemma3":
+        pytest.skip("the wrapper is Gemma 3's")
+    text = hf.config.to_dict()
+    cfg = {"model_type": "gemma3", "text_config": text, "tie_word_embeddings": True,
+           "eos_token_id": text["eos_token_id"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    tensors = {"language_model." + k: v.contiguous() for k, v in hf.state_dict().items()
+               if k != "lm_head.weight"}
+    tensors["vision_tower.patch_embedding.weight"] = torch.zeros(4, 4)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    loaded = load_model(tmp_path, use_cache=False)
+    assert loaded.config.architecture == "gemma3"
+    assert rel_diff(laser_logits(loaded.model), want) <= REL_TOL
