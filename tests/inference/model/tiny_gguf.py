@@ -88,7 +88,9 @@ def _metadata(w: GGUFWriter, cfg, arch: str) -> None:
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     rope = cfg.rope_parameters
-    w.add_name(f"tiny-{arch}")
+    # not "phi3" in the name: llama.cpp then marks Phi-3's special tokens by their text
+    # (<s>, </s>, <unk>), which the tiny vocabulary lacks
+    w.add_name(f"tiny-{arch.replace('phi3', 'phi')}")
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
