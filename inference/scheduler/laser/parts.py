@@ -24,6 +24,7 @@ from inference.scheduler.laser.slack import Speeds, warm_step_s
 from inference.sequence import Sequence
 
 Keyed = tuple[SortKey, Sequence]
+_C_WARM, _HOT = SchedClass.WARM, Tier.HOT  # (an enum member read off its class is slow)
 
 
 class Contract:
@@ -123,8 +124,8 @@ class FillRules:
         50 ms, requests queued 15 s). Not less what it has waited, as hot's caps are: it
         takes turns under them, and a turn it sat out would leave no step any prompt chunk
         at all."""
-        return [safety * q.targets.tbt_p99_s if q.asked_tier is Tier.HOT
-                else warm_step_s(q.targets) for k, q in decodes if k.cls is SchedClass.WARM]
+        return [safety * q.targets.tbt_p99_s if q.asked_tier is _HOT
+                else warm_step_s(q.targets) for k, q in decodes if k.cls is _C_WARM]
 
     def hot_cap_s(self, hot_caps: list[float], warm: list[float]) -> float | None:
         """The cap on hot's own chunks: hot's caps alone (warm's floor is a mean rate; hot

@@ -40,6 +40,8 @@ from inference.sequence import Sequence
 
 HOT, WARM, COLD = Tier.HOT, Tier.WARM, Tier.COLD
 _PACED = (SchedClass.PROMOTED, SchedClass.COLD)  # ordered by cold deadline slack
+# (an enum member read off its class is slow: the ranks as module constants)
+C_HOT, C_PROMOTED, C_WARM, C_COLD = SchedClass
 
 
 class LaserScheduler(Scheduler):
@@ -165,13 +167,13 @@ class LaserScheduler(Scheduler):
     # ---- ranking --------------------------------------------------------------------------
     def rank(self, seq: Sequence) -> SchedClass:
         if seq.seq_id in self.state.aged:
-            return SchedClass.HOT
+            return C_HOT
         tier = seq.tier
         if tier is HOT:
-            return SchedClass.HOT
+            return C_HOT
         if tier is WARM:
-            return SchedClass.PROMOTED if seq.seq_id in self.state.promoted else SchedClass.WARM
-        return SchedClass.COLD
+            return C_PROMOTED if seq.seq_id in self.state.promoted else C_WARM
+        return C_COLD
 
     def key(self, seq: Sequence) -> SortKey:
         """Sort key, smaller first; cached until aging, slack or a tier change moves it."""
@@ -186,7 +188,7 @@ class LaserScheduler(Scheduler):
         if cls in _PACED:
             return SortKey(cls, excess, 0, self.cold.when(seq, self.state.cold_slack),
                            seq.seq_id)
-        if cls is SchedClass.HOT:  # earliest TTFT deadline first: a short prompt need not
+        if cls is C_HOT:  # earliest TTFT deadline first: a short prompt need not
             # wait for a long one; triage's late ones last
             late = 1 if seq.seq_id in self.state.hot_late else 0
             return SortKey(cls, excess, late, seq.arrival_time + seq.targets.ttft_p99_s,

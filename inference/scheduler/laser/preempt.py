@@ -13,6 +13,8 @@ from inference.kv.block_manager import BlockManager
 from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.sequence import Sequence
 
+_C_HOT = SchedClass.HOT  # (an enum member read off its class is slow)
+
 
 class Preemption:
     """Who gives up its blocks this step (see the module docstring). ``victims``: the running
@@ -37,7 +39,7 @@ class Preemption:
     def below(self, key: SortKey) -> bool:
         """Preempt the least urgent running sequence ranked after ``key``; False if none.
         Hot work takes the hot block reserve back from its borrowers first."""
-        if key.cls is SchedClass.HOT and (self.lent or self.borrowed) and self._reclaim():
+        if key.cls is _C_HOT and (self.lent or self.borrowed) and self._reclaim():
             return True
         victims = self.victims
         while victims:
@@ -59,7 +61,7 @@ class Preemption:
             victim = victims[i]
             sid = victim.seq_id
             if (sid not in self.gone and (sid in lent or sid in new)
-                    and self.key(victim).cls is not SchedClass.HOT):
+                    and self.key(victim).cls is not _C_HOT):
                 del victims[i]
                 self.preempt(victim)
                 return True

@@ -24,6 +24,7 @@ from inference.sequence import Sequence
 Entry = tuple[SortKey, Sequence]
 _BULK = 16  # more dirty sequences than this: append and sort instead of one insort each
 _RATIO = 1.25  # TTFT targets within this factor share a band (``min_hot_slack``)
+_C_HOT = SchedClass.HOT  # (an enum member read off its class is slow)
 _NO_BAND = -(1 << 30)  # a target not positive and finite: its band is scanned whole
 
 
@@ -113,7 +114,7 @@ class WaitingIndex:
                 insort(classes[k.cls], (k, seq))  # keys end with the id: unique
             if seq.num_computed_tokens:
                 self._computed.add(sid)
-            if k.cls is not SchedClass.HOT:
+            if k.cls is not _C_HOT:
                 continue
             if seq.first_token_time is not None:
                 self._streams[sid] = (k.excess, seq)
@@ -144,7 +145,7 @@ class WaitingIndex:
         i = bisect_left(entries, (k,))
         seq = entries.pop(i)[1]
         self._computed.discard(seq.seq_id)
-        if k.cls is SchedClass.HOT and self._streams.pop(seq.seq_id, None) is None:
+        if k.cls is _C_HOT and self._streams.pop(seq.seq_id, None) is None:
             band = (k.excess, _band(seq.targets.ttft_p99_s))
             edf = self._edf[band]
             del edf[bisect_left(edf, (k.when, k.seq_id))]
@@ -176,7 +177,7 @@ class WaitingIndex:
 
     def has_in_contract_hot(self) -> bool:
         """Some sequence of class ``HOT`` is in contract (excess 0 sorts first)."""
-        hot = self.classes[SchedClass.HOT]
+        hot = self.classes[_C_HOT]
         return bool(hot) and not hot[0][0].excess
 
     def min_hot_slack(self, excess: int, now: float, sp: Speeds) -> float:
@@ -188,7 +189,7 @@ class WaitingIndex:
         tokens left; so once that bound, less a margin far above the sums' rounding, is
         above the least slack found, no later one in the band can be smaller."""
         if self._computed:  # prefill_left would not be num_tokens - 1: every one is asked
-            return min_hot_slack_frac((q for k, q in self.classes[SchedClass.HOT]
+            return min_hot_slack_frac((q for k, q in self.classes[_C_HOT]
                                        if k.excess == excess), now, sp)
         low = min_hot_slack_frac((q for e, q in self._streams.values() if e == excess), now,
                                  sp)

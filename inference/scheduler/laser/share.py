@@ -20,12 +20,13 @@ from inference.scheduler.laser.keys import SchedClass, SortKey
 from inference.sequence import Sequence
 
 Keyed = tuple[SortKey, Sequence]
+_C_HOT, _HOT = SchedClass.HOT, Tier.HOT  # (an enum member read off its class is slow)
 
 
 def protected(key: SortKey, seq: Sequence) -> bool:
     """An in-contract hot decode (class ``HOT``, not aged into it): its TBT is what the cap
     keeps."""
-    return key.cls is SchedClass.HOT and not key.excess and seq.tier is Tier.HOT
+    return key.cls is _C_HOT and not key.excess and seq.tier is _HOT
 
 
 def decodes_within(decodes: Seqs[Keyed], cap_s: float, cost: CostEstimator) -> list[Keyed]:

@@ -10,6 +10,8 @@ from inference.scheduler.laser.keys import SchedClass
 from inference.scheduler.plan import ScheduledSeq
 from inference.sequence import Sequence
 
+_C_HOT = SchedClass.HOT  # (an enum member read off its class is slow)
+
 
 class StepTally:
     """``items``: the chunks taken, with their class; ``used``: their tokens (``prompt`` of
@@ -36,7 +38,7 @@ class StepTally:
             self.prompt += n
         self.used_by_class[cls] += n
         self.attn_s += self._chunk_attn(got[0])
-        if cls is SchedClass.HOT:
+        if cls is _C_HOT:
             self.hot_blocks += self._computed_blocks(seq)
 
     def _drop(self, seq: Sequence) -> None:
@@ -51,7 +53,7 @@ class StepTally:
             self.prompt -= item.num_tokens
         self.used_by_class[cls] -= item.num_tokens
         self.attn_s -= self._chunk_attn(item)
-        if cls is SchedClass.HOT:
+        if cls is _C_HOT:
             self.hot_blocks -= self._computed_blocks(seq)
 
     def _computed_blocks(self, seq: Sequence) -> int:
