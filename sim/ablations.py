@@ -22,6 +22,7 @@ from inference.scheduler.laser.parts import (
     Demotion,
     FillRules,
     Keyed,
+    WarmOrder,
 )
 from inference.scheduler.laser.reserve import HotReserve
 from inference.scheduler.laser.slack import Speeds, prefill_left
@@ -41,7 +42,8 @@ class LaserAblations:
     the hot queue's wait instead of warm's backlog (and refuses no demoted request at warm's
     bound); ``overload_enabled`` off never refuses a hot request at admission;
     ``tbt_share_enabled`` off runs every decode each step even when the other rows push the
-    step past an in-contract hot stream's TBT target (``share.py``)."""
+    step past an in-contract hot stream's TBT target (``share.py``);
+    ``warm_order_enabled`` off serves class ``WARM`` in arrival order (``WarmOrder``)."""
 
     reserve_enabled: bool = True
     chunking_enabled: bool = True
@@ -58,6 +60,7 @@ class LaserAblations:
     overload_demotion_enabled: bool = True
     overload_enabled: bool = True
     tbt_share_enabled: bool = True
+    warm_order_enabled: bool = True
 
     @classmethod
     def none(cls) -> LaserAblations:
@@ -142,6 +145,11 @@ class ArrivalOrder(ColdPacing):
         return False
 
 
+class WarmByArrival(WarmOrder):
+    def when(self, seq: Sequence) -> float:
+        return seq.arrival_time
+
+
 class NoColdAdmission(ColdAdmission):
     def check(self, new: list[Sequence], admitted: list[Sequence], now: float, sp: Speeds, *,
               share: float, concurrency: int, live_tokens: int) -> None:
@@ -220,6 +228,7 @@ def laser_parts(ab: LaserAblations) -> LaserParts:
         demotion=_variant(d.demotion, [(not ab.demotion_enabled, NoDemotion)]),
         aging=_variant(d.aging, [(not ab.aging_enabled, NoAging)]),
         cold=_variant(d.cold, [(not ab.cold_slack_enabled, ArrivalOrder)]),
+        warm=_variant(d.warm, [(not ab.warm_order_enabled, WarmByArrival)]),
         fill=_variant(d.fill, [(not ab.chunking_enabled, NoChunking),
                                (not ab.warm_floor_enabled, NoWarmFloor),
                                (not ab.hot_over_warm_floor, HotUnderWarmFloor),

@@ -28,9 +28,10 @@ CLASSES = tuple(SchedClass)
 
 class SortKey(NamedTuple):
     """Smaller first. ``excess``: 1 for traffic above its tenant's contract; ``late``: 1 for a
-    hot request triage serves late (class ``HOT`` only); ``when``: the TTFT deadline in class
-    ``HOT``, the cold deadline slack in seconds in ``PROMOTED`` and ``COLD``, the arrival time
-    otherwise."""
+    hot request triage serves late and for warm or cold work aged into class ``HOT`` (class
+    ``HOT`` only: both after hot's on-time work); ``when``: the TTFT deadline in class
+    ``HOT``, the cold deadline slack in seconds in ``PROMOTED`` and ``COLD``, the prompt's
+    length in ``WARM`` (``WarmOrder``)."""
 
     cls: SchedClass
     excess: int

@@ -69,6 +69,7 @@ class LaserScheduler(Scheduler):
         self.demotion = parts.demotion(p)
         self.aging = parts.aging(p)
         self.cold = parts.cold(p)
+        self.warm = parts.warm()
         self.rules = parts.fill(p)
         self.pause = LayerPause(pause_layers, p, self.cost)
         self._keys: dict[str, SortKey] = {}  # seq id -> key(); see ``_moved``
@@ -189,11 +190,11 @@ class LaserScheduler(Scheduler):
             return SortKey(cls, excess, 0, self.cold.when(seq, self.state.cold_slack),
                            seq.seq_id)
         if cls is C_HOT:  # earliest TTFT deadline first: a short prompt need not
-            # wait for a long one; triage's late ones last
-            late = 1 if seq.seq_id in self.state.hot_late else 0
+            # wait for a long one; triage's late ones and aged warm and cold work last
+            late = 1 if seq.seq_id in self.state.hot_late or seq.tier is not HOT else 0
             return SortKey(cls, excess, late, seq.arrival_time + seq.targets.ttft_p99_s,
                            seq.seq_id)
-        return SortKey(cls, excess, 0, seq.arrival_time, seq.seq_id)
+        return SortKey(cls, excess, 0, self.warm.when(seq), seq.seq_id)
 
     def excess(self, seq: Sequence) -> int:
         """1 for traffic above its tenant's contract, else 0 (``Contract``)."""

@@ -23,7 +23,8 @@ def one(rid: str, **kw):
 def test_the_scheduler_builds_the_parts_it_is_given():
     sched = make_scheduler("laser")
     parts = LaserParts()
-    for name in ("admission", "contract", "demotion", "aging", "cold", "reserve", "triage"):
+    for name in ("admission", "contract", "demotion", "aging", "cold", "warm", "reserve",
+                 "triage"):
         assert type(getattr(sched, name)) is getattr(parts, name)
     assert type(sched.rules) is parts.fill and isinstance(sched.pause, LayerPause)
 

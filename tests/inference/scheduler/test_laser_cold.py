@@ -7,6 +7,7 @@ import pytest
 from inference.errors import AdmissionRefused, EngineOverloaded
 from inference.request import ContractTargets, Tier
 from inference.scheduler import LinearCost
+from inference.scheduler.laser.keys import SchedClass
 from tests.inference.factories import make_request, make_scheduler, step
 from tests.inference.scheduler.knobs import OFF, Knobs, knobs
 
@@ -136,10 +137,21 @@ def test_aging_serves_starved_cold_as_hot():
         policy = knobs(OFF, aging_enabled=aging, aging_cold_s=5.0, cold_refresh_s=0.0)
         sched = laser(policy, max_num_batched_tokens=8, long_prefill_chunk=8)
         sched.add(make_request("c", 4, max_tokens=2, tier=Tier.COLD, deadline=1e6), 0.0)
-        for t in range(20):  # a hot prompt every step fills the budget
-            sched.add(make_request(f"h{t}", 8, max_tokens=1, salt=f"h{t}", arrival=t), t)
+        for t in range(20):  # a warm prompt every step fills the budget
+            sched.add(make_request(f"w{t}", 8, max_tokens=1, salt=f"w{t}", arrival=t,
+                                   tier=Tier.WARM), t)
             step(sched, float(t))
         return sched
     assert "c-0" in run(False).seqs  # strict priority starves it
     aged = run(True)
     assert "c-0" not in aged.seqs  # finished
+
+
+def test_aged_work_runs_after_hot_on_time():
+    policy = knobs(OFF, aging_enabled=True, aging_warm_s=5.0, cold_refresh_s=0.0)
+    sched = laser(policy, max_num_batched_tokens=8, long_prefill_chunk=8)
+    sched.add(make_request("w", 8, max_tokens=2, tier=Tier.WARM), 0.0)
+    sched.add(make_request("h", 8, max_tokens=2, salt="h", arrival=10.0), 10.0)
+    plan = step(sched, 10.0)  # w aged (10 s > 5 s): both class HOT, one step's budget
+    assert sched.rank(sched.seqs["w-0"]) is SchedClass.HOT
+    assert tokens_of(plan, "h") == 8 and tokens_of(plan, "w") == 0

@@ -65,15 +65,17 @@ def test_no_request_waits_past_its_tier_bound(spec):
     arrivals = [(t, make_request(f"r{i}", p, max_tokens=o, tier=tier, n=n, arrival=t,
                                  deadline=t + 1e5, salt=f"s{i}"))
                 for i, (t, p, o, tier, n) in enumerate(spec)]
-    # A hot flood: a new hot prompt every 50 ms keeps strict priority from ever reaching
-    # warm or cold.
-    arrivals += [(0.05 * k, make_request(f"h{k}", 30, max_tokens=2, arrival=0.05 * k,
-                                         salt=f"h{k}")) for k in range(300)]
+    # A hot flood: a new hot prompt every 150 ms (70 % of the machine at 32 tokens a step).
+    # Aged work runs after hot's on-time work: a flood that fills the machine on its own
+    # would hold it back (hot's admission and demotion bound such a flood, not aging).
+    arrivals += [(0.15 * k, make_request(f"h{k}", 30, max_tokens=2, arrival=0.15 * k,
+                                         salt=f"h{k}")) for k in range(100)]
     sched = laser(policy)
     _, finished, _ = run_timed(sched, arrivals, COST)
     # A request ages at the first step that starts past its bound (one step, at most 0.114 s,
-    # after it); aged, it queues FCFS with hot: it waits at most for what arrived with or
-    # before it, each of which needs at most ceil(40 / 16) = 3 steps.
+    # after it); aged, it queues with hot, after hot's on-time work (which leaves room: hot
+    # alone does not fill the machine): it waits at most for what arrived with or before it,
+    # each of which needs at most ceil(40 / 16) = 3 steps.
     for seq in finished:
         if seq.asked_tier is Tier.HOT or seq.parent_id is not None:
             continue
