@@ -25,6 +25,8 @@ ROWS = [  # (label, path into a summary, format)
     ("warm mean TTFT s", (Tier.WARM, "ttft_mean_s"), "{:.3f}"),
     ("warm tok/s per stream", (Tier.WARM, "rate_mean_tps"), "{:.1f}"),
     ("warm CV per window", (Tier.WARM, "rate_cv"), "{:.3f}"),
+    ("warm windows under the rate floor", (Tier.WARM, "windows_slow"), "{}"),
+    ("warm windows past the mean TTFT", (Tier.WARM, "windows_late"), "{}"),
     ("cold jobs on time", (Tier.COLD, "attainment"), "{:.1%}"),
     ("cold lines on time", (Tier.COLD, "line_attainment"), "{:.1%}"),
     ("cold P50 TTFT s", (Tier.COLD, "ttft_p50_s"), "{:.1f}"),

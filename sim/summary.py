@@ -59,12 +59,16 @@ def warm_terms(recs: list[Record], c: Contracts, window_s: float) -> dict:
             tokens[w] += r.tokens - 1
             secs[w] += r.decode_s
     floor = (1 - c.warm_band) * c.warm_rate_tps
-    rates, kept = [], 0
+    rates, kept, slow, late, by_window = [], 0, 0, 0, []
     for w, tt in ttfts.items():
         rate = tokens[w] / secs[w] if secs[w] > 0 else None
         if rate is not None:
             rates.append(rate)
-        kept += (rate is None or rate >= floor) and sum(tt) / len(tt) <= c.warm_mean_ttft_s
+        mean = sum(tt) / len(tt)
+        slow += rate is not None and rate < floor
+        late += not mean <= c.warm_mean_ttft_s
+        kept += (rate is None or rate >= floor) and mean <= c.warm_mean_ttft_s
+        by_window.append((w, rate, mean))
     served = [r.ttft for r in recs if not r.refused]
     p50, p99 = _pcts(served)
     mean_rate = statistics.fmean(rates) if rates else math.nan
@@ -74,6 +78,9 @@ def warm_terms(recs: list[Record], c: Contracts, window_s: float) -> dict:
         "ttft_mean_s": statistics.fmean(served) if served else math.nan,
         "ttft_p50_s": p50, "ttft_p99_s": p99, "rate_mean_tps": mean_rate,
         "rate_cv": statistics.pstdev(rates) / mean_rate if len(rates) > 1 else 0.0,
+        # windows under the rate floor, past the mean-TTFT target; and each window's
+        # (index, delivered tokens/s or None, mean TTFT s)
+        "windows_slow": slow, "windows_late": late, "by_window": sorted(by_window),
     }
 
 
