@@ -141,39 +141,43 @@ def step(libs: dict[str, ctypes.CDLL], rows_list: list[int], rounds: int, parts:
 FORMAT_SHAPE, LAYERS = (16384, 2048), 8
 
 
-def formats(lib: ctypes.CDLL, fmts: list[int], rows_list: list[int], threads_list: list[int],
-            rounds: int, parts: int) -> list[dict]:
-    """Each format's LAYERS matmuls in turn, every format once per round (side by side):
-    ms a pass, GB/s of packed weight bytes read, and time against Q8_0's and Q4_1's."""
+def formats(libs: dict[str, ctypes.CDLL], fmts: list[int], rows_list: list[int],
+            threads_list: list[int], rounds: int, parts: int) -> list[dict]:
+    """Each format's LAYERS matmuls in turn, every format (and build) once per round, side by
+    side: ms a pass, GB/s of packed weight bytes read, and time against Q8_0's and Q4_1's."""
     rng = np.random.default_rng(0)
     n, k = FORMAT_SHAPE
-    weights = {f: [packed(lib, random_blocks(n, k, f, rng), f, n, k) for _ in range(LAYERS)]
+    first = next(iter(libs.values()))  # one packed layout serves every build
+    weights = {f: [packed(first, random_blocks(n, k, f, rng), f, n, k) for _ in range(LAYERS)]
                for f in fmts}
     results = []
-    print(f"{'format':>6} {'rows':>4} {'thr':>3} {'ms':>8} {'GB/s':>6} {'bits/w':>6} "
-          f"{'xQ8_0':>6} {'xQ4_1':>6}")
+    print(f"{'build':>5} {'format':>6} {'rows':>4} {'thr':>3} {'ms':>8} {'GB/s':>6} "
+          f"{'bits/w':>6} {'xQ8_0':>6} {'xQ4_1':>6}")
     for rows in rows_list:
         x, out = torch.randn(rows, k), torch.empty(rows, n)
         for threads in threads_list:
             clock = time.thread_time if threads == 1 else time.perf_counter
-            times: dict[int, list[float]] = {f: [] for f in fmts}
+            cases = [(key, f) for f in fmts for key in libs]
+            times: dict[tuple[str, int], list[float]] = {c: [] for c in cases}
             for _ in range(rounds):
-                for f in fmts:
-                    def run(f: int = f) -> None:
+                for key, f in cases:
+                    def run(lib: ctypes.CDLL = libs[key], f: int = f) -> None:
                         for w in weights[f]:
                             lib.laser_gemm_q(x.data_ptr(), 0, rows, k, w.data_ptr(), f, n,
                                              out.data_ptr(), 0, threads, parts - 1, 0)
-                    times[f].append(timed(run, clock, 0.2))
-            med = {f: statistics.median(v) for f, v in times.items()}
-            for f in fmts:
+                    times[key, f].append(timed(run, clock, 0.2))
+            med = {c: statistics.median(v) for c, v in times.items()}
+            for key, f in cases:
                 nbytes = sum(w.numel() for w in weights[f])
-                rel = [med[f] / med[b] if b in med else float("nan")
+                rel = [med[key, f] / med[key, b] if (key, b) in med else float("nan")
                        for b in (quant.Q8_0, quant.Q4_1)]
-                print(f"{quant.FORMATS[f]:>6} {rows:>4} {threads:>3} {med[f]:8.2f} "
-                      f"{nbytes / med[f] / 1e6:6.1f} {8 * nbytes / LAYERS / n / k:6.2f} "
-                      f"{rel[0]:6.2f} {rel[1]:6.2f}", flush=True)
-                results.append({"fmt": quant.FORMATS[f], "rows": rows, "threads": threads,
-                                "ms": med[f], "bytes": nbytes, "all_ms": times[f]})
+                print(f"{key:>5} {quant.FORMATS[f]:>6} {rows:>4} {threads:>3} "
+                      f"{med[key, f]:8.2f} {nbytes / med[key, f] / 1e6:6.1f} "
+                      f"{8 * nbytes / LAYERS / n / k:6.2f} {rel[0]:6.2f} {rel[1]:6.2f}",
+                      flush=True)
+                results.append({"build": key, "fmt": quant.FORMATS[f], "rows": rows,
+                                "threads": threads, "ms": med[key, f], "bytes": nbytes,
+                                "all_ms": times[key, f]})
     return results
 
 
@@ -214,7 +218,7 @@ def main() -> None:
         threads_list = [int(t) for t in (args.threads or "1").split(",")]
         print(f"path {isa}, parts {args.parts}, rounds {args.rounds}, {LAYERS} x "
               f"{FORMAT_SHAPE} per format; ms a pass, median (1 thread: CPU time)")
-        found = formats(libs["new"], [names[f] for f in args.formats.split(",")], rows_list,
+        found = formats(libs, [names[f] for f in args.formats.split(",")], rows_list,
                         threads_list, args.rounds, args.parts)
         out_dir = Path(__file__).resolve().parent / "out"
         out_dir.mkdir(exist_ok=True)
