@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.decode_attention import block_index, gather_rows
+from kernels.decode_attention import CHUNK_BYTES, block_index, gather_rows
 from kernels.dispatch import use_triton
 
 
@@ -32,13 +32,57 @@ def row_positions(query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
     return seqs.to(torch.int32), (first[seqs] + offset).to(torch.int32)
 
 
+def _window_rows(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
+                 num_kv_heads: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cache rows ``[S, KVH, span]`` of each sequence's last ``span`` positions (heads first,
+    the caches viewed as ``[rows * KVH, D]``) and their additive mask ``[S, 1, 1, span]``:
+    positions before 0 read position 0 (always written) under -inf."""
+    device = block_tables.device
+    pos = seq_lens.long()[:, None] - span + torch.arange(span, device=device)  # [S, span]
+    valid = pos >= 0
+    pos = pos.clamp(min=0)
+    rows = block_tables.long().gather(1, pos // block_size) * block_size + pos % block_size
+    heads = torch.arange(num_kv_heads, device=device)
+    mask = torch.zeros(valid.shape, device=device).masked_fill_(~valid, float("-inf"))
+    return rows[:, None, :] * num_kv_heads + heads[:, None], mask[:, None, None, :]
+
+
+def _decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                      window: int | None, softcap: float | None) -> torch.Tensor:
+    """One query row per sequence (a decode step): the sequences batched, each reading only
+    its window's rows, in chunks of at most ``CHUNK_BYTES`` of gathered K and V."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    longest = int(seq_lens.max())
+    span = min(window, longest) if window else longest
+    rows, mask = _window_rows(block_tables, seq_lens, k_cache.shape[1], num_kv_heads, span)
+    qg = q.float().view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    keys, values = k_cache.view(-1, head_dim), v_cache.view(-1, head_dim)
+    per_chunk = max(1, CHUNK_BYTES // (num_kv_heads * span * head_dim * 4 * 2))
+    out = torch.empty_like(qg)
+    for a in range(0, num_seqs, per_chunk):
+        b = min(a + per_chunk, num_seqs)
+        ids = rows[a:b].reshape(-1)
+        k = keys.index_select(0, ids).view(b - a, num_kv_heads, span, head_dim).float()
+        v = values.index_select(0, ids).view(b - a, num_kv_heads, span, head_dim).float()
+        scores = qg[a:b] @ k.transpose(-1, -2) * scale  # [s, KVH, G, span]
+        if softcap:
+            scores = torch.tanh(scores / softcap) * softcap
+        out[a:b] = (scores + mask[a:b]).softmax(-1) @ v
+    return out.view(num_seqs, num_heads, head_dim).to(q.dtype)
+
+
 def paged_window_attention_reference(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     window: int | None = None, softcap: float | None = None,
 ) -> torch.Tensor:
-    """Plain PyTorch, one sequence at a time in float32; same contract as
-    :func:`paged_window_attention`."""
+    """Plain PyTorch in float32: a decode step's sequences batched, prompt chunks one sequence
+    at a time; same contract as :func:`paged_window_attention`."""
+    if q.shape[0] == seq_lens.shape[0]:  # one row per sequence: its last position
+        return _decode_reference(q, k_cache, v_cache, block_tables, seq_lens, scale, window,
+                                 softcap)
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
     group = q.shape[1] // k_cache.shape[2]
     out = torch.empty_like(q)
