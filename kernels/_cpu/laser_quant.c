@@ -41,10 +41,12 @@
  * Memory: a group runs its rows in tiles of up to 8 on AVX-512 and on AVX2's Q8_0, 4 elsewhere
  * (each block's weights unpacked once per tile); the first tile reads the group's weights from
  * memory, the others find them in L1 (8-row tiles: decode 1.08-1.12x at 16 rows, 0.99-1.03x at 64).
- * That first tile prefetches the next group's blocks as it goes, so a step's weights (96 MB
- * for SmolLM2-135M: never in cache from one step to the next) arrive while this group
- * computes: without it every group began with a stall on memory that the hardware prefetcher,
- * idle during the other tiles, did not hide (issue 22: 1.2-1.4x a decode step of 1-16 rows).
+ * That first tile prefetches 8 KB ahead as it goes (into the next group: prefetch_next in
+ * laser_qtiles.c), so a step's weights (96 MB for SmolLM2-135M: never in cache from one step
+ * to the next) arrive while this group computes: without it every group began with a stall on
+ * memory that the hardware prefetcher, idle during the other tiles, did not hide (issue 22:
+ * 1.2-1.4x a decode step of 1-16 rows); a one-row call, one tile a group, leaves the stream to
+ * the hardware.
  * The activations are quantised once per call (on AVX2 where the tiles are vector ones) into
  * a buffer each calling thread keeps, rows split over the pool from 16 rows on.
  */
