@@ -210,6 +210,9 @@ class StepFill(StepTally):
         self.hot_cap = self._tokens_within(self.hot_cap_s, len(decodes))
         self.cap = (self.hot_cap if self.cap_s == self.hot_cap_s
                     else self._tokens_within(self.cap_s, len(decodes)))
+        if not decodes:  # only the pause cap binds: a step it leaves empty would idle the
+            # machine until hot's window lapsed (a slow CPU's fixed step cost above it)
+            self.cap = max(self.cap, MIN_HOT_CHUNK)
         self.hold_tokens, self.hold_blocks = v.hold_tokens, v.hold_blocks
         self.warm_cap = rules.warm_cap(self.budget, self.hold_tokens, v.cold_need)
         return decodes
@@ -268,15 +271,15 @@ class StepFill(StepTally):
         in the chunk, linear in cached context; estimators that price it expose
         ``prefill_attn_s``), still fits the time cap and ends before the TTFT deadline of any
         hot request this step already gives its first token (no chunk makes an on-time first
-        token late). The step's first hot chunk keeps at least ``MIN_HOT_CHUNK``; others
-        may get 0."""
+        token late). The step's first hot chunk keeps at least ``MIN_HOT_CHUNK``, and so
+        does the first chunk of a step still empty; others may get 0."""
         limit = self.hot_cap_s if hot else self.cap_s
         if self.finish_by is not None:
             by = self.finish_by - self.now
             limit = by if limit is None else min(limit, by)
         if limit is None:
             return n
-        floor = min(n, self.hot_floor) if hot else 0
+        floor = min(n, self.hot_floor if hot else 0 if self.used else MIN_HOT_CHUNK)
         if self._step_s(seq, n) <= limit:
             return n
         if floor and self._step_s(seq, floor) > limit:

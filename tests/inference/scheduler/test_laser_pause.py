@@ -155,3 +155,16 @@ def test_a_shared_step_after_a_wait_keeps_to_what_is_left_of_the_hot_gap(pause_l
     plan = sched.schedule(hot.last_token_time + 0.3885)
     rows = [sched.seqs[s.seq_id].tier for s in plan.scheduled]
     assert rows == ([Tier.HOT] if pause_layers else [Tier.HOT] + [Tier.COLD] * 3)
+
+
+def test_a_lone_prompt_advances_when_even_a_small_step_passes_the_pause_cap():
+    # the pause cap (0.1 of hot's 0.5 s TBT target a layer, 2 layers: 0.1 s) below the
+    # machine's fixed step cost (0.2 s, a slow CPU): the step must not come out empty
+    slow = LinearCost(0.2, 0.001)
+    sched = make_scheduler("laser", options=PAUSE.options(cost=slow, pause_layers=2),
+                           num_blocks=128, max_num_batched_tokens=64, long_prefill_chunk=64)
+    sched.add(make_request("h", 8, max_tokens=1, targets=HOT), 0.0)
+    step(sched, 0.0)  # hot seen (the cap holds for the reserve window), and done
+    assert "h-0" not in sched.seqs
+    plan = cold_running(sched, at=1.0)
+    assert tiers(sched, plan) == {Tier.COLD} and plan.num_batched_tokens > 0
