@@ -35,7 +35,8 @@ class LaserPolicyConfig:
     Overload: a hot request whose estimated TTFT exceeds
     ``overload_ttft_factor`` times its target is refused with a retry-after estimate (with
     triage: only one triage serves late).
-    Aging: a waiting request older than its tier's bound is served as hot (FCFS among them).
+    Aging: a waiting request older than its tier's bound is served as hot, after hot's
+    on-time work.
     Hot ignores the warm floor's cap (the floor is a mean rate over a window; a hot burst's
     longer steps cost it little).
     Layer pause (where the executor can stop a forward between layers, i.e. the engine, not

@@ -67,7 +67,8 @@ class Demotion:
 
 
 class Aging:
-    """A waiting warm or cold request past its tier's bound ranks as hot from then on."""
+    """A waiting warm or cold request past its tier's bound ranks as hot from then on, after
+    hot's on-time work (``SortKey.late``)."""
 
     def __init__(self, policy: LaserPolicyConfig) -> None:
         self.bounds = {Tier.WARM: policy.aging_warm_s, Tier.COLD: policy.aging_cold_s}

@@ -1,15 +1,16 @@
 """The ``laser`` policy: keep each tier's contract instead of one order for all.
 
-Each step ranks sequences into classes — 0 hot (and anything aged past its tier's bound),
-1 cold promoted because its deadline slack ran out, 2 warm (and demoted hot), 3 cold by least
-slack — then fills the step: every running decode first (one token each, most urgent first),
-then prefill work class by class under the token budget, the hot TBT cap and the hot
-reserve. A sequence short of KV blocks preempts the least urgent running sequence ranked
-below it (cold with the most slack first, then warm), never one above it; hot first takes
-back the block reserve from the cold and warm prompts that borrowed it. Each part is a
-class of its own (``LaserParts`` names them: contract, demotion, aging, cold pacing, the
-fill's caps, the hot reserve, hot triage; the layer pause is ``LayerPause``), built here
-from the thresholds it needs. The policy's memory between steps is one ``LaserState``.
+Each step ranks sequences into classes — 0 hot (and, after its on-time work, anything aged
+past its tier's bound), 1 cold promoted because its deadline slack ran out, 2 warm (and demoted
+hot, shortest prompt first), 3 cold by least slack — then fills the step: every running
+decode first (one token each, most urgent first), then prefill work class by class under the
+token budget, the hot TBT cap and the hot reserve. A sequence short of KV blocks preempts
+the least urgent running sequence ranked below it (cold with the most slack first, then
+warm), never one above it; hot first takes back the block reserve from the cold and warm
+prompts that borrowed it. Each part is a class of its own (``LaserParts`` names them:
+contract, demotion, aging, cold pacing, warm's order, the fill's caps, the hot reserve, hot
+triage; the layer pause is ``LayerPause``), built here from the thresholds it needs. The
+policy's memory between steps is one ``LaserState``.
 """
 
 from __future__ import annotations
