@@ -70,7 +70,7 @@ def write_report(path: Path, args: argparse.Namespace, results: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path.write_text(json.dumps({"args": vars(args), "date": stamp, "cpus": os.cpu_count(),
-                                "results": results}, indent=2))
+                                "results": results}, indent=2, default=str))
     print(f"wrote {path.relative_to(ROOT)}")
 
 
