@@ -21,17 +21,6 @@ from kernels.decode_attention import CHUNK_BYTES, block_index, gather_rows
 from kernels.dispatch import use_triton
 
 
-def row_positions(query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
-                  num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sequence, position)`` of every query row, each ``[T]`` int32."""
-    q_lens = (query_start_loc[1:] - query_start_loc[:-1]).long()
-    seqs = torch.repeat_interleave(torch.arange(q_lens.shape[0], device=q_lens.device), q_lens,
-                                   output_size=num_rows)
-    offset = torch.arange(num_rows, device=q_lens.device) - query_start_loc[:-1].long()[seqs]
-    first = seq_lens.long() - q_lens  # position of each sequence's first query row
-    return seqs.to(torch.int32), (first[seqs] + offset).to(torch.int32)
-
-
 def _window_rows(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
                  num_kv_heads: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Cache rows ``[S, KVH, span]`` of each sequence's last ``span`` positions (heads first,

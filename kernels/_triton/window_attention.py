@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton.common import check_rows, check_same_device, next_pow2
+from kernels.rows import row_positions
 
 
 @triton.jit
@@ -72,7 +73,6 @@ def paged_window_attention_triton(
 ) -> torch.Tensor:
     """Launch :func:`_window_attention_kernel`; same contract as
     :func:`kernels.window_attention.paged_window_attention`."""
-    from kernels.window_attention import row_positions
 
     check_rows("window attention q", q, 3)
     check_same_device(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens)
