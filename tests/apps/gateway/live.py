@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from asgiref.sync import SyncToAsync
 
 MAX_MODEL_LEN = 4096
 
@@ -123,6 +124,17 @@ def close_server_connections() -> None:
     if connection.pool is not None and not connection.in_atomic_block:
         connection.close()  # this thread's session back first: close_pool ends the rest
         connection.close_pool()
+    # Those sessions include the one asgiref's shared thread for sync_to_async keeps for this
+    # process's async tests (Django's async ORM calls close no connection there): drop it, or
+    # the next async test's first query in that thread meets a terminated session.
+    SyncToAsync.single_thread_executor.submit(_drop_connections).result(timeout=30)
+
+
+def _drop_connections() -> None:
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close()
 
 
 class EngineWorkers:
