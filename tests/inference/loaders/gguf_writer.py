@@ -132,3 +132,16 @@ def write_tiny_gguf(path, hf_model, qtype: Q = Q.F32, with_tokenizer: bool = Tru
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def crafted_block_llama(intermediate_size: int):
+    """A seeded 2-layer float32 Llama 256 wide (K-quant blocks fit a row) whose projections the
+    K-quant tests overwrite with crafted blocks; untied head, vocabulary of 97."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=97, hidden_size=256, intermediate_size=intermediate_size, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        rms_norm_eps=1e-5, tie_word_embeddings=False)).float().eval()

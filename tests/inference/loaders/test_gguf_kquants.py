@@ -11,7 +11,11 @@ from gguf.quants import dequantize, quantize
 
 from inference.loaders import WeightError, load_model
 from inference.loaders.gguf_loader import dequantize_tensor
-from tests.inference.loaders.gguf_writer import write_one_tensor, write_tiny_gguf
+from tests.inference.loaders.gguf_writer import (
+    crafted_block_llama,
+    write_one_tensor,
+    write_tiny_gguf,
+)
 from tests.inference.loaders.test_gguf_roundtrip import IDS, hf_logits, our_logits
 from tests.inference.model.tiny_llama import make_hf_llama
 
@@ -85,13 +89,7 @@ def test_missing_dequantizer_is_named(monkeypatch):
 
 def kquant_llama():
     """A 2-layer Llama 256 wide (so K-quant blocks fit a row), weights from crafted blocks."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    hf = LlamaForCausalLM(LlamaConfig(
-        vocab_size=97, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        rms_norm_eps=1e-5, tie_word_embeddings=False)).float().eval()
+    hf = crafted_block_llama(intermediate_size=256)
     rng = np.random.default_rng(47)
     raw: dict[str, tuple[np.ndarray, Q]] = {}
 

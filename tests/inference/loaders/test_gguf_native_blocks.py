@@ -13,7 +13,7 @@ import kernels
 from inference.loaders import load_model
 from inference.loaders.gguf_loader import unpermute_rotary
 from kernels._cpu import quant
-from tests.inference.loaders.gguf_writer import write_tiny_gguf
+from tests.inference.loaders.gguf_writer import crafted_block_llama, write_tiny_gguf
 from tests.inference.loaders.test_gguf_kquants import stored
 from tests.inference.loaders.test_gguf_roundtrip import IDS, hf_logits, our_logits
 
@@ -27,13 +27,7 @@ HEAD_TYPE = Q.Q6_K
 
 def native_llama():
     """A 2-layer Llama 256 wide whose projections are crafted blocks of LAYER_TYPES."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    hf = LlamaForCausalLM(LlamaConfig(
-        vocab_size=97, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        rms_norm_eps=1e-5, tie_word_embeddings=False)).float().eval()
+    hf = crafted_block_llama(intermediate_size=512)
     rng = np.random.default_rng(47)
     raw: dict[str, tuple[np.ndarray, Q]] = {}
 
